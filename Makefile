@@ -1,0 +1,41 @@
+# attnlab — the two commands: `make train` and `make test`.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# The CPU build of PyTorch. On a CPU-only machine without a local wheel cache, add
+# TORCH_INDEX=--extra-index-url=https://download.pytorch.org/whl/cpu to avoid a CUDA download.
+TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?=
+STAMP := $(VENV)/.attnlab-installed
+
+.PHONY: setup train test test-all lint bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@# Keep a torch that is already installed (for example the user's CUDA build);
+	@# otherwise take the pinned CPU wheel so the project install does not pull CUDA.
+	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q $(TORCH_INDEX) "$(TORCH_SPEC)"
+	$(PIP) install -q -e ".[dev]"
+	@touch $(STAMP)
+
+train: setup
+	$(VENV)/bin/attnlab-train $(ARGS)
+
+test: setup
+	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+
+test-all: setup
+	$(VENV)/bin/python -m pytest -q -m "slow or not slow" $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check src tests
+
+bench: setup
+	$(PIP) install -q -e ".[dev,bench]"
+	$(VENV)/bin/attnlab-bench --quick --json bench.json
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,67 @@
+"""What every attnlab data module provides to the tasks.
+
+Token ids 0–5 are reserved for the special tokens below in every vocabulary
+(synthetic, character or BPE), so tasks and models never need to ask a
+tokenizer for them.
+
+Batch formats (all tensors ``torch.long``):
+
+* ``seq2seq``        ``{"src": (B, S), "tgt": (B, T)}`` right-padded with ``PAD``;
+  neither side carries BOS/EOS — the task adds them (teacher forcing).
+* ``lm``             ``{"tokens": (B, block_size + 1)}`` contiguous text, no padding;
+  a causal LM predicts ``tokens[:, 1:]`` from ``tokens[:, :-1]``.
+* ``classification`` ``{"input_ids": (B, L), "labels": (B,)}``, ``input_ids``
+  right-padded with ``PAD``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+import lightning as L
+
+SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<sep>", "<mask>", "<unk>")
+PAD, BOS, EOS, SEP, MASK, UNK = range(len(SPECIAL_TOKENS))
+NUM_SPECIAL = len(SPECIAL_TOKENS)
+
+TASKS = ("seq2seq", "lm", "classification")
+
+
+class Tokenizer(Protocol):
+    """Text <-> ids. Implementations keep ids 0–5 for ``SPECIAL_TOKENS``."""
+
+    vocab_size: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+    def save(self, path: str | Path) -> None: ...
+
+
+class AttnlabDataModule(L.LightningDataModule):
+    """Base class: subclasses set ``task``, ``vocab_size`` (and ``num_classes``)."""
+
+    task: str = "lm"
+    vocab_size: int = 0
+    num_classes: int | None = None
+    tokenizer: Tokenizer | None = None
+
+    def decode(self, ids: list[int]) -> str:
+        """Token ids to text, dropping special tokens; used for BLEU and generation."""
+        ids = [i for i in ids if i >= NUM_SPECIAL]
+        if self.tokenizer is not None:
+            return self.tokenizer.decode(ids)
+        return " ".join(str(i) for i in ids)
+
+    def encode(self, text: str) -> list[int]:
+        """Text to token ids (no specials); synthetic data reads space-separated ids."""
+        if self.tokenizer is not None:
+            return self.tokenizer.encode(text)
+        return [int(t) for t in text.split()]
+
+    def save_tokenizer(self, run_dir: str | Path) -> None:
+        """Write the tokenizer into the run directory so eval/generate decode alike."""
+        if self.tokenizer is not None:
+            self.tokenizer.save(Path(run_dir) / "tokenizer.json")
