@@ -1,0 +1,5 @@
+"""``python -m attnlab.compare``."""
+
+from attnlab.compare import main
+
+raise SystemExit(main())

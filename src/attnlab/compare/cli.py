@@ -1,0 +1,136 @@
+"""``attnlab-compare``: one table (mean ± std over seeds) and curves for a set of runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from attnlab.errors import UserError
+
+from .grouping import Group, group_runs
+from .plot import plot_curves
+from .report import FORMATS, format_table, format_welch
+from .runs import Run, load_runs
+from .stats import choose_metrics, metric_values, resolve_group, summarize, welch
+
+EPILOG = """\
+examples:
+  attnlab-compare logs/copy/multiruns/2025-01-01_12-00-00
+  attnlab-compare 'logs/*/multiruns/*' --by model.norm --metric val/loss val/acc
+  attnlab-compare logs/copy/multiruns/* --vs post pre --plot norm.png
+
+Runs are grouped by the overrides that vary across them (seed excluded), or by
+--by config keys. Means and sample stds use completed runs only. With exactly
+two groups, or with --vs, a Welch t-test on the first metric is printed below
+the table (on stderr with --format csv, so stdout stays pure CSV).
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one ``error:`` line like every other mistake."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserError(f"{message}; see attnlab-compare --help")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``attnlab-compare``."""
+    p = _Parser(
+        prog="attnlab-compare",
+        description="Compare runs: mean ± std per group, Welch t-test, validation curves.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help="run directory, sweep directory (searched at any depth) or glob")
+    p.add_argument("--metric", nargs="+", action="extend", metavar="M",
+                   help="metrics to tabulate; the first ranks groups (default: the task's)")
+    p.add_argument("--by", nargs="+", action="extend", metavar="KEY",
+                   help="group by dotted config keys; 'model' means model.name")
+    p.add_argument("--vs", nargs=2, metavar=("A", "B"),
+                   help="Welch t-test between two groups (labels or unique parts of them)")
+    p.add_argument("--plot", metavar="FILE", help="write validation curves per group as a PNG")
+    p.add_argument("--curve-metric", default="val/loss", metavar="M",
+                   help="metrics.csv column to plot (default: val/loss)")
+    p.add_argument("--format", choices=FORMATS, default="md", help="table format (default: md)")
+    p.add_argument("--wandb", metavar="ENTITY/PROJECT", help="read runs from W&B instead")
+    p.add_argument("--group", metavar="G", help="W&B run group to read (with --wandb)")
+    return p
+
+
+def _check_plot_path(plot: str) -> None:
+    target = Path(plot)
+    if target.is_dir():
+        raise UserError(f"--plot {plot} is a directory; give a file name such as {plot}/curves.png")
+    parent = target.parent
+    if not parent.is_dir():
+        raise UserError(
+            f"--plot {plot}: directory {parent} does not exist; create it or choose another path"
+        )
+
+
+def _load(args: argparse.Namespace) -> list[Run]:
+    if args.group and not args.wandb:
+        raise UserError("--group selects a W&B run group; use it together with --wandb")
+    if not args.paths and not args.wandb:
+        raise UserError(
+            "no runs given; pass a run or sweep directory (or a glob) as PATH, before "
+            "--metric/--by (they take several values), or --wandb ENTITY/PROJECT --group G"
+        )
+    runs = load_runs(args.paths) if args.paths else []
+    if args.wandb:
+        from .wandb_runs import load_wandb_runs
+
+        runs += load_wandb_runs(args.wandb, args.group)
+    return runs
+
+
+def _welch_line(groups: Sequence[Group], metric: str, vs: Sequence[str] | None) -> str | None:
+    if vs:
+        a, b = (resolve_group(groups, q) for q in vs)
+        if a is b:
+            raise UserError(f"--vs {vs[0]} {vs[1]} names the same group ({a.label}) twice")
+    elif len(groups) == 2:
+        a, b = groups
+    else:
+        return None
+    result = welch(metric_values(a, metric), metric_values(b, metric))
+    return format_welch(metric, a.label, b.label, result)
+
+
+def run(argv: Sequence[str] | None = None) -> None:
+    """The command itself; user mistakes surface as :class:`UserError`."""
+    args = build_parser().parse_args(argv)
+    if args.plot:
+        _check_plot_path(args.plot)
+    runs = _load(args)
+    metrics = choose_metrics(runs, args.metric)
+    groups = group_runs(runs, args.by)
+    if args.vs and not metrics:
+        raise UserError("--vs needs a metric but no run reports one; check the runs' status")
+    table = format_table(summarize(groups, metrics), list(groups[0].settings), metrics, args.format)
+    line = _welch_line(groups, metrics[0], args.vs) if metrics else None
+    if args.plot:  # before printing, so a mistake never leaves half an answer
+        plot_curves(groups, args.curve_metric, args.plot)
+    print(table)
+    if line:
+        # with CSV the test goes to stderr, so stdout stays one clean CSV table
+        print(line if args.format == "csv" else f"\n{line}",
+              file=sys.stderr if args.format == "csv" else sys.stdout)
+    if args.plot:
+        print(f"wrote {args.plot}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console-script entry point: 0 on success, 2 with one ``error:`` line on bad input."""
+    try:
+        run(argv)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except SystemExit as e:  # --help
+        return int(e.code or 0)
+    return 0
