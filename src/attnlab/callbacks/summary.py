@@ -1,0 +1,63 @@
+"""``summary.json``: one file per run with its outcome, settings and final metrics.
+
+Written at the end of every run, failed ones included, so sweeps can be
+compared without parsing logs (``attnlab-compare`` reads it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+STATUSES = ("completed", "failed", "diverged")
+
+
+def git_sha() -> str | None:
+    """The commit of the attnlab checkout, when it is a git checkout."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+            text=True, timeout=5, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def _number(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def write_summary(run_dir: str | Path, **fields: Any) -> Path:
+    """Write ``summary.json`` atomically (temporary file, then rename)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    metrics = {k: _number(v) for k, v in (fields.get("metrics") or {}).items()}
+    summary = {
+        "status": fields.get("status", "failed"),
+        "error": fields.get("error"),
+        "overrides": list(fields.get("overrides") or []),
+        "config": fields.get("config") or {},
+        "metrics": {k: v for k, v in metrics.items() if v is not None},
+        "task": fields.get("task"),
+        "params": fields.get("params"),
+        "tokens_per_sec": fields.get("tokens_per_sec"),
+        "wall_s": fields.get("wall_s"),
+        "git_sha": fields.get("git_sha", git_sha()),
+    }
+    for key in ("stopped_at_step", "command"):
+        if key in fields:
+            summary[key] = fields[key]
+    path = run_dir / "summary.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=2, default=str))
+    os.replace(tmp, path)
+    return path

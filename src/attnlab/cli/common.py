@@ -1,0 +1,62 @@
+"""What every entry point shares: the config directory, resolvers, one-line errors."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from attnlab.errors import UserError
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+REPO_ROOT = PACKAGE_DIR.parents[1]  # src/attnlab -> repository root (editable installs)
+
+
+def config_dir() -> Path:
+    """``conf/`` of the checkout (editable install) or the copy inside the wheel."""
+    for candidate in (REPO_ROOT / "conf", PACKAGE_DIR / "conf"):
+        if (candidate / "config.yaml").is_file():
+            return candidate
+    raise UserError("attnlab's conf/ directory is missing; reinstall attnlab (make setup)")
+
+
+def default_data_root() -> str:
+    """``ATTNLAB_DATA_ROOT`` if set, else ``../shared/data`` beside the checkout."""
+    return os.environ.get("ATTNLAB_DATA_ROOT") or str(REPO_ROOT.parent / "shared" / "data")
+
+
+def register_resolvers() -> None:
+    """OmegaConf resolvers used in conf/ (idempotent)."""
+    if not OmegaConf.has_resolver("attnlab_unique"):
+        # cached, so a sweep resolves its directory once and every job agrees
+        OmegaConf.register_new_resolver(
+            "attnlab_unique", lambda: uuid.uuid4().hex[:8], use_cache=True
+        )
+    if not OmegaConf.has_resolver("attnlab_data_root"):
+        OmegaConf.register_new_resolver("attnlab_data_root", default_data_root)
+
+
+def fail(message: str) -> None:
+    """Print ``error: message`` as one line and exit with code 2."""
+    print(f"error: {' '.join(message.split())}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn a UserError into one ``error: …`` line and exit code 2."""
+    try:
+        yield
+    except UserError as exc:
+        fail(str(exc))
+
+
+def quiet_environment() -> None:
+    """Defaults that keep runs non-interactive and offline-safe."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HYDRA_FULL_ERROR", "0")

@@ -1,0 +1,108 @@
+"""Check the command line before Hydra runs anything, and find ``ckpt_path=last``.
+
+Hydra's own composition errors are multi-line and exit with 1; attnlab turns
+them into one ``error: …`` line with exit code 2 before any job starts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from attnlab.cli.common import config_dir, fail, register_resolvers
+
+
+def _one_line(exc: Exception) -> str:
+    text = str(exc).split("Config search path")[0]
+    return " ".join(text.replace("\t", " ").split())
+
+
+def compose_config(overrides: list[str]) -> DictConfig:
+    """The composed config for these overrides, as Hydra would build it."""
+    register_resolvers()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+            return compose(config_name="config", overrides=overrides)
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        fail(_one_line(exc))
+        raise  # unreachable: fail() exits
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def validate_overrides(overrides: list[str], multirun: bool) -> DictConfig:
+    """Compose every value of every swept key once; return the first composition."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as exc:
+        fail(_one_line(exc))
+    fixed, sweeps = [], []
+    for override in parsed:
+        if override.is_sweep_override():
+            if not multirun:
+                fail(f"'{override.input_line}' lists several values; add -m to sweep over them")
+            if override.is_interval_sweep():
+                continue  # ranges for a search sweeper (Optuna): checked by the sweeper
+            values = list(override.sweep_string_iterator())
+            sweeps.append((override.get_key_element(), values))
+        else:
+            fixed.append(override.input_line)
+    first = [f"{key}={values[0]}" for key, values in sweeps if values]
+    cfg = compose_config(fixed + first)
+    for i, (key, values) in enumerate(sweeps):
+        others = first[:i] + first[i + 1 :]
+        for value in values[1:]:
+            compose_config(fixed + others + [f"{key}={value}"])
+    return cfg
+
+
+def run_overrides(overrides: list[str]) -> list[str]:
+    """The task overrides that identify a run's settings (no ckpt_path, no hydra.*)."""
+    return sorted(
+        o for o in overrides if not o.split("=")[0].lstrip("+~").startswith(("ckpt_path", "hydra"))
+    )
+
+
+def find_last_run(cfg: DictConfig, overrides: list[str]) -> Path:
+    """The newest run directory with these settings that has checkpoints/last.ckpt."""
+    runs_dir = Path(str(cfg.paths.log_dir)) / str(cfg.task_name) / "runs"
+    wanted = run_overrides(overrides)
+    candidates = []
+    for saved in runs_dir.glob("*/.hydra/overrides.yaml"):
+        run_dir = saved.parent.parent
+        if not (run_dir / "checkpoints" / "last.ckpt").is_file():
+            continue
+        if run_overrides(list(OmegaConf.load(saved))) == wanted:
+            candidates.append(run_dir)
+    if not candidates:
+        fail(
+            f"ckpt_path=last found no earlier run with these settings and checkpoints/last.ckpt "
+            f"under {runs_dir}; train without ckpt_path first, or pass ckpt_path=<file>"
+        )
+    return max(candidates, key=lambda p: (p / "checkpoints" / "last.ckpt").stat().st_mtime)
+
+
+def resume_overrides(cfg: DictConfig, overrides: list[str]) -> list[str]:
+    """For ``ckpt_path=last``: continue in the same run directory from its last.ckpt."""
+    if cfg.get("ckpt_path") != "last":
+        return overrides
+    explicit = [o for o in overrides if o.startswith("hydra.run.dir=")]
+    if explicit:
+        run_dir = Path(explicit[-1].split("=", 1)[1])
+        if not (run_dir / "checkpoints" / "last.ckpt").is_file():
+            fail(f"ckpt_path=last: {run_dir}/checkpoints/last.ckpt does not exist; check hydra.run.dir")
+        rest = overrides
+    else:
+        run_dir = find_last_run(cfg, overrides)
+        rest = overrides + [f"hydra.run.dir={run_dir}"]
+    return [
+        f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}" if o.startswith("ckpt_path=") else o
+        for o in rest
+    ]

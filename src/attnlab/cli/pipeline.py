@@ -1,0 +1,130 @@
+"""Config -> data, task, callbacks, loggers, trainer -> fit and test.
+
+The only module that turns a composed config into objects; the entry points
+(train, eval) call it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from lightning.pytorch.loggers import CSVLogger, Logger
+from omegaconf import DictConfig, OmegaConf
+
+from attnlab.data.base import AttnlabDataModule
+from attnlab.errors import CheckpointError, ConfigError, UserError
+from attnlab.models import ModelConfig
+from attnlab.tasks import Task, check_compatible, task_class
+from attnlab.tasks.base import OptimConfig
+
+
+def build(node: Any, what: str, **kwargs: Any) -> Any:
+    """``hydra.utils.instantiate`` with user errors surfaced as such."""
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as exc:
+        cause = exc.__cause__
+        while cause is not None and not isinstance(cause, UserError):
+            cause = cause.__cause__
+        if cause is not None:
+            raise cause from None
+        raise ConfigError(f"{what} could not be built: {' '.join(str(exc).split())}") from exc
+
+
+def container(node: Any) -> dict[str, Any]:
+    return OmegaConf.to_container(node, resolve=True) if node is not None else {}  # type: ignore[return-value]
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Validate model and optimiser keys before any data is loaded."""
+    ModelConfig.from_dict({**container(cfg.model), "vocab_size": 1})
+    OptimConfig(**container(cfg.optim))
+
+
+def build_data(cfg: DictConfig) -> AttnlabDataModule:
+    datamodule = build(cfg.data, "data")
+    if not isinstance(datamodule, AttnlabDataModule):
+        raise ConfigError("data._target_ must name an AttnlabDataModule subclass")
+    check_compatible(str(cfg.model.name), datamodule.task)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    return datamodule
+
+
+def build_task(cfg: DictConfig, datamodule: AttnlabDataModule) -> Task:
+    model = {**container(cfg.model), "vocab_size": datamodule.vocab_size}
+    return task_class(datamodule.task)(
+        model=model,
+        optim=container(cfg.optim),
+        task=container(cfg.get("task")),
+        decode=container(cfg.get("decode")),
+        num_classes=datamodule.num_classes,
+        seed=int(cfg.seed),
+    )
+
+
+def build_callbacks(cfg: DictConfig) -> list[L.Callback]:
+    nodes = cfg.get("callbacks") or {}
+    bar = cfg.trainer.get("enable_progress_bar", True) and not cfg.trainer.get("fast_dev_run")
+    return [
+        build(node, f"callbacks.{name}")
+        for name, node in nodes.items()
+        if node and "_target_" in node and (bar or "ProgressBar" not in str(node._target_))
+    ]
+
+
+def build_loggers(cfg: DictConfig, run_dir: Path) -> list[Logger]:
+    """The configured loggers; the CSV logger (metrics.csv) is always among them."""
+    from attnlab.cli.wandb_setup import prepare_wandb
+
+    loggers: list[Logger] = []
+    for name, node in (cfg.get("logger") or {}).items():
+        if not node or "_target_" not in node:
+            continue
+        if "Wandb" in str(node["_target_"]):
+            loggers.append(prepare_wandb(cfg, node, run_dir))
+        else:
+            loggers.append(build(node, f"logger.{name}"))
+    if not any(isinstance(lg, CSVLogger) for lg in loggers):
+        loggers.insert(0, CSVLogger(save_dir=str(run_dir), name="", version=""))
+    return loggers
+
+
+def build_trainer(
+    cfg: DictConfig, run_dir: Path, callbacks: list[L.Callback], loggers: list[Logger] | bool
+) -> L.Trainer:
+    return build(
+        cfg.trainer, "trainer", callbacks=callbacks, logger=loggers, default_root_dir=str(run_dir)
+    )
+
+
+def checkpoint_to_resume(cfg: DictConfig, run_dir: Path) -> str | None:
+    ckpt = cfg.get("ckpt_path")
+    if ckpt in (None, ""):
+        return None
+    if ckpt == "last":  # inside a sweep job: this job's own last checkpoint, if any
+        last = run_dir / "checkpoints" / "last.ckpt"
+        return str(last) if last.is_file() else None
+    if not Path(str(ckpt)).is_file():
+        raise CheckpointError(f"ckpt_path={ckpt} does not exist; give an existing .ckpt file")
+    return str(ckpt)
+
+
+def best_checkpoint(trainer: L.Trainer) -> str | None:
+    callback = trainer.checkpoint_callback
+    path = getattr(callback, "best_model_path", "") if callback is not None else ""
+    return path or None
+
+
+def scalar_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+    out = {}
+    for key, value in metrics.items():
+        try:
+            out[key] = float(value)
+        except (TypeError, ValueError):
+            continue
+    return out

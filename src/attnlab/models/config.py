@@ -1,0 +1,124 @@
+"""The model configuration (``conf/model/*.yaml``) and its up-front validation."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from attnlab.errors import ConfigError
+from attnlab.nn.attention import ATTN_IMPLS
+from attnlab.nn.feedforward import FEEDFORWARDS, default_d_ff
+from attnlab.nn.norms import NORM_TYPES, RESIDUALS
+from attnlab.nn.positions import POSITIONS
+
+ARCHITECTURES = ("encoder_only", "decoder_only", "encoder_decoder")
+INITS = ("paper", "xavier", "gpt2")
+TIE_OPTIONS = {True: "all", False: "none", "all": "all", "none": "none", "output": "output"}
+
+
+@dataclass
+class ModelConfig:
+    """Every architecture accepts every key; see DESIGN.md for their meaning."""
+
+    name: str = "encoder_decoder"
+    vocab_size: int = 0  # filled in from the data module
+    d_model: int = 128
+    n_heads: int = 4
+    d_ff: int | None = None  # None: 4·d_model (⅔ of that for swiglu)
+    n_layers: int = 2
+    n_encoder_layers: int | None = None  # encoder_decoder only; None: n_layers
+    n_decoder_layers: int | None = None
+    dropout: float = 0.1
+    attn_dropout: float = 0.0
+    norm: str = "pre"
+    norm_type: str = "layernorm"
+    pos: str = "sinusoidal"
+    ffn: str = "relu"
+    attn_impl: str = "sdpa"
+    max_len: int = 512
+    tie_embeddings: Any = True  # true/"all", "output", false/"none"
+    scale_embeddings: bool = True  # token embeddings × √d_model (§3.4)
+    init: str = "paper"
+    prefix_lm: bool = False  # decoder_only seq2seq: bidirectional attention over the source
+    pad_id: int = 0
+    compile: bool = False
+    activation_checkpointing: bool = False
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> ModelConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(
+                f"model.{unknown[0]} is not a model key; remove it or use one of: "
+                f"{', '.join(sorted(known))}"
+            )
+        return cls(**values).validated()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def encoder_layers(self) -> int:
+        return self.n_encoder_layers or self.n_layers
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.n_decoder_layers or self.n_layers
+
+    @property
+    def ff_dim(self) -> int:
+        return self.d_ff or default_d_ff(self.ffn, self.d_model)
+
+    @property
+    def tie(self) -> str:
+        return TIE_OPTIONS[self.tie_embeddings]
+
+    def validated(self) -> ModelConfig:
+        """Raise ConfigError naming the key and the fix for any invalid value."""
+
+        def one_of(key: str, value: Any, allowed: Any) -> None:
+            if value not in allowed:
+                choices = ", ".join(str(a) for a in allowed)
+                raise ConfigError(f"model.{key}={value} is not valid; use one of: {choices}")
+
+        one_of("name", self.name, ARCHITECTURES)
+        RESIDUALS.get(self.norm)
+        NORM_TYPES.get(self.norm_type)
+        POSITIONS.get(self.pos)
+        FEEDFORWARDS.get(self.ffn)
+        one_of("attn_impl", self.attn_impl, ATTN_IMPLS)
+        one_of("init", self.init, INITS)
+        if self.tie_embeddings not in TIE_OPTIONS:
+            raise ConfigError(
+                f"model.tie_embeddings={self.tie_embeddings} is not valid; "
+                "use true (all), output, or false"
+            )
+        for key in ("d_model", "n_heads", "n_layers", "max_len"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"model.{key}={value} must be a positive integer")
+        for key in ("d_ff", "n_encoder_layers", "n_decoder_layers"):
+            value = getattr(self, key)
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                raise ConfigError(f"model.{key}={value} must be a positive integer (or null)")
+        for key in ("dropout", "attn_dropout"):
+            value = getattr(self, key)
+            if not 0.0 <= float(value) < 1.0:
+                raise ConfigError(f"model.{key}={value} must be in [0, 1)")
+        if self.d_model % self.n_heads:
+            raise ConfigError(
+                f"model.d_model={self.d_model} is not divisible by model.n_heads={self.n_heads}; "
+                "choose sizes with d_model % n_heads == 0"
+            )
+        d_head = self.d_model // self.n_heads
+        if self.pos == "rope" and d_head % 2:
+            raise ConfigError(
+                f"model.pos=rope needs an even head size, got d_model/n_heads={d_head}; "
+                "change model.d_model or model.n_heads"
+            )
+        if self.pos in ("sinusoidal", "sinusoidal_concat") and self.d_model % 2:
+            raise ConfigError(f"model.pos={self.pos} needs an even model.d_model")
+        if self.prefix_lm and self.name != "decoder_only":
+            raise ConfigError("model.prefix_lm=true applies to model=decoder_only only; remove it")
+        return self

@@ -1,0 +1,59 @@
+"""Weight initialisation schemes (``model.init``) and DeepNorm's β gain."""
+
+from __future__ import annotations
+
+import math
+
+from torch import nn
+
+from attnlab.nn.attention import MultiHeadAttention
+from attnlab.nn.feedforward import FeedForward, SwiGLU
+from attnlab.nn.positions import Positions
+
+
+def initialize(model: nn.Module, scheme: str, d_model: int, n_layers: int) -> None:
+    """Initialise every weight of ``model`` in place.
+
+    * ``paper``:  Xavier-uniform linear maps, zero biases, token embeddings
+      N(0, d_model^-½) so that embedding·√d_model has unit scale (tensor2tensor).
+    * ``xavier``: Xavier-uniform for every matrix, embeddings included
+      (the Annotated Transformer / reference PyTorch implementation).
+    * ``gpt2``:   N(0, 0.02) everywhere, residual output projections (W_O and
+      the FFN's second map) N(0, 0.02/√(2·n_layers)) (Radford et al. 2019).
+    """
+    residual_outputs = set()
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention):
+            residual_outputs.add(module.out_proj.weight)
+        if isinstance(module, FeedForward | SwiGLU):
+            residual_outputs.add(module.linear2.weight)
+    position_tables = {
+        p for m in model.modules() if isinstance(m, Positions) for p in m.parameters()
+    }
+    for name, param in model.named_parameters():
+        if param in position_tables:
+            nn.init.normal_(param, std=0.02)
+        elif param.dim() < 2:
+            if name.endswith("bias"):
+                nn.init.zeros_(param)
+        elif scheme == "gpt2":
+            std = 0.02 / math.sqrt(2 * n_layers) if param in residual_outputs else 0.02
+            nn.init.normal_(param, std=std)
+        elif scheme == "paper" and "weight_table" in name:
+            nn.init.normal_(param, std=d_model**-0.5)
+        else:
+            nn.init.xavier_uniform_(param)
+
+
+def apply_deepnorm_gain(stack: nn.Module, beta: float) -> None:
+    """DeepNet init: Xavier-normal with gain β for FFN, W_V and W_O; gain 1 for W_Q, W_K."""
+    for module in stack.modules():
+        if isinstance(module, MultiHeadAttention):
+            nn.init.xavier_normal_(module.q_proj.weight, gain=1.0)
+            nn.init.xavier_normal_(module.k_proj.weight, gain=1.0)
+            nn.init.xavier_normal_(module.v_proj.weight, gain=beta)
+            nn.init.xavier_normal_(module.out_proj.weight, gain=beta)
+        elif isinstance(module, FeedForward | SwiGLU):
+            for child in module.modules():
+                if isinstance(child, nn.Linear):
+                    nn.init.xavier_normal_(child.weight, gain=beta)

@@ -1,0 +1,199 @@
+"""A stack of layers with its embeddings, positions, masks and decoding cache.
+
+The three architectures differ only in which stacks they own and how they
+connect them; everything shared lives here.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+from attnlab.models.config import ModelConfig
+from attnlab.nn.attention import AttentionInputs
+from attnlab.nn.layers import DecoderLayer, EncoderLayer, LayerSpec
+from attnlab.nn.norms import RESIDUALS, make_norm
+from attnlab.nn.positions import POSITIONS
+
+
+class TokenEmbedding(nn.Module):
+    """Token embedding; the paper multiplies it by √d_model (§3.4)."""
+
+    def __init__(self, vocab_size: int, d_model: int, scale: bool) -> None:
+        super().__init__()
+        self.weight_table = nn.Embedding(vocab_size, d_model)
+        self.scale = math.sqrt(d_model) if scale else 1.0
+
+    @property
+    def weight(self) -> nn.Parameter:
+        return self.weight_table.weight
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return self.weight_table(tokens) * self.scale
+
+
+class DecodingCache:
+    """Keys/values of earlier steps for incremental decoding, one dict per layer.
+
+    Also remembers the positions and padding of every cached key, so masks and
+    relative position biases for new queries cover the whole history.
+    """
+
+    def __init__(self, n_layers: int) -> None:
+        self.layers: list[dict[str, Tensor]] = [{} for _ in range(n_layers)]
+        self.positions: Tensor | None = None  # (B|1, T_cached)
+        self.key_real: Tensor | None = None  # (B, T_cached) or None when no padding
+
+    @property
+    def length(self) -> int:
+        return 0 if self.positions is None else self.positions.size(-1)
+
+    def append(self, positions: Tensor, key_real: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        """Record new tokens; return the positions and padding of all keys so far."""
+        positions = positions if positions.dim() == 2 else positions.unsqueeze(0)
+        n_old, n_new = self.length, positions.size(-1)
+        if self.positions is not None:
+            B = max(self.positions.size(0), positions.size(0))
+            positions = torch.cat([self.positions.expand(B, -1), positions.expand(B, -1)], -1)
+        if self.key_real is not None or (key_real is not None and n_old):
+            rows = (key_real if key_real is not None else self.key_real).size(0)
+            device = positions.device
+            old = self.key_real
+            if old is None:
+                old = torch.ones(rows, n_old, dtype=torch.bool, device=device)
+            new = key_real
+            if new is None:
+                new = torch.ones(rows, n_new, dtype=torch.bool, device=device)
+            key_real = torch.cat([old, new], dim=1)
+        self.positions, self.key_real = positions, key_real
+        return positions, key_real
+
+    def reorder(self, index: Tensor) -> None:
+        """Select batch rows (beam search keeps the surviving hypotheses)."""
+        for layer in self.layers:
+            for name, tensor in layer.items():
+                layer[name] = tensor.index_select(0, index)
+        if self.positions is not None and self.positions.size(0) > 1:
+            self.positions = self.positions.index_select(0, index)
+        if self.key_real is not None:
+            self.key_real = self.key_real.index_select(0, index)
+
+
+def attention_mask(
+    q_index: Tensor,
+    k_index: Tensor,
+    key_real: Tensor | None,
+    causal: bool,
+    prefix_len: Tensor | None = None,
+) -> Tensor | None:
+    """Boolean mask (B|1, 1, Tq, Tk), True where query i may attend to key j.
+
+    causal: j ≤ i; prefix-LM also lets every query see keys j < prefix_len
+    (Raffel et al. 2020, §3.2.1); padding: keys that are padding are hidden.
+    A query may always see itself, so a padding query never has an empty row.
+    """
+    mask: Tensor | None = None
+    if causal:
+        mask = (k_index.view(1, -1) <= q_index.view(-1, 1)).unsqueeze(0)  # (1, Tq, Tk)
+        if prefix_len is not None:
+            mask = mask | (k_index.view(1, 1, -1) < prefix_len.view(-1, 1, 1))
+    if key_real is not None:
+        keys = key_real.unsqueeze(1)  # (B, 1, Tk)
+        mask = keys if mask is None else mask & keys
+        mask = mask | (k_index.view(1, 1, -1) == q_index.view(1, -1, 1))
+    return None if mask is None else mask.unsqueeze(1)
+
+
+class TransformerStack(nn.Module):
+    """Embed tokens, add positions, apply dropout, run the layers, final norm.
+
+    ``causal`` stacks are decoders (masked self-attention); ``cross`` adds
+    cross-attention over an encoder's output.
+    """
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        embedding: TokenEmbedding,
+        n_layers: int,
+        causal: bool,
+        cross: bool = False,
+        residual_alpha: float = 1.0,
+    ) -> None:
+        super().__init__()
+        self.causal, self.pad_id = causal, cfg.pad_id
+        self.checkpointing = cfg.activation_checkpointing
+        self.embedding = embedding
+        self.positions = POSITIONS.get(cfg.pos)(cfg.d_model, cfg.n_heads, cfg.max_len, causal)
+        self.dropout = nn.Dropout(cfg.dropout)
+        spec = LayerSpec(
+            d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.ff_dim, dropout=cfg.dropout,
+            attn_dropout=cfg.attn_dropout, norm=cfg.norm, norm_type=cfg.norm_type, ffn=cfg.ffn,
+            attn_impl=cfg.attn_impl, residual_alpha=residual_alpha,
+        )  # fmt: skip
+        self.layers = nn.ModuleList(
+            DecoderLayer(spec, cross) if causal else EncoderLayer(spec) for _ in range(n_layers)
+        )
+        self.final_norm = make_norm(cfg.norm_type, cfg.d_model) if RESIDUALS.get(
+            cfg.norm
+        ).final_norm else nn.Identity()
+
+    def forward(
+        self,
+        tokens: Tensor,
+        positions: Tensor | None = None,
+        key_real: Tensor | None = None,
+        memory: Tensor | None = None,
+        memory_real: Tensor | None = None,
+        cache: DecodingCache | None = None,
+        prefix_len: Tensor | None = None,
+    ) -> Tensor:
+        """tokens (B, T) -> hidden states (B, T, d_model).
+
+        ``key_real`` marks real (non-padding) tokens; by default every token
+        that is not ``pad_id``. With a cache, tokens are the new ones only.
+        """
+        B, T = tokens.shape
+        offset = cache.length if cache is not None else 0
+        q_index = torch.arange(offset, offset + T, device=tokens.device)
+        if positions is None:
+            positions = q_index
+        if key_real is None:
+            is_pad = tokens == self.pad_id
+            key_real = ~is_pad if bool(is_pad.any()) else None
+        k_positions, k_real = positions, key_real
+        if cache is not None:
+            k_positions, k_real = cache.append(positions, key_real)
+        k_index = torch.arange(offset + T, device=tokens.device)
+
+        mask = attention_mask(q_index, k_index, k_real, self.causal, prefix_len)
+        plain_causal = self.causal and mask is not None and k_real is None and prefix_len is None
+        inputs = AttentionInputs(
+            mask=None if plain_causal and offset == 0 else mask,
+            bias=self.positions.bias(positions, k_positions),
+            rope=self.positions.rotary(positions),
+            is_causal=plain_causal and offset == 0,
+        )
+        if cache is not None and offset > 0 and T == 1 and k_real is None:
+            inputs.mask = None  # one new query sees every earlier key
+
+        memory_inputs = None
+        if memory is not None:
+            memory_mask = None if memory_real is None else memory_real[:, None, None, :]
+            memory_inputs = AttentionInputs(mask=memory_mask)
+
+        x = self.dropout(self.positions.embed(self.embedding(tokens), positions))
+        for i, layer in enumerate(self.layers):
+            if self.causal:
+                layer_cache = cache.layers[i] if cache is not None else None
+                args = (x, inputs, memory, memory_inputs, layer_cache)
+            else:
+                args = (x, inputs)
+            if self.checkpointing and self.training:
+                x = checkpoint(layer, *args, use_reentrant=False)
+            else:
+                x = layer(*args)
+        return self.final_norm(x)

@@ -1,0 +1,85 @@
+"""Encoder and decoder layers (Vaswani et al. 2017, §3.1), built from the same blocks.
+
+    encoder layer:  x ← R(x, SelfAttn);  x ← R(x, FFN)
+    decoder layer:  x ← R(x, CausalSelfAttn);  x ← R(x, CrossAttn(·, memory));  x ← R(x, FFN)
+
+where R is the residual wrapper chosen by ``model.norm`` (Post-LN, Pre-LN, …).
+A decoder layer without ``cross_attention`` is the GPT block of a decoder-only model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor, nn
+
+from attnlab.nn.attention import AttentionInputs, MultiHeadAttention
+from attnlab.nn.feedforward import FEEDFORWARDS
+from attnlab.nn.norms import RESIDUALS
+
+
+@dataclass
+class LayerSpec:
+    """The block options every layer of a stack shares."""
+
+    d_model: int
+    n_heads: int
+    d_ff: int
+    dropout: float = 0.1
+    attn_dropout: float = 0.0
+    norm: str = "post"
+    norm_type: str = "layernorm"
+    ffn: str = "relu"
+    attn_impl: str = "sdpa"
+    residual_alpha: float = 1.0  # DeepNorm's α; 1 elsewhere
+
+    def residual(self) -> nn.Module:
+        return RESIDUALS.get(self.norm)(
+            self.d_model, self.norm_type, self.dropout, alpha=self.residual_alpha
+        )
+
+    def attention(self) -> MultiHeadAttention:
+        return MultiHeadAttention(self.d_model, self.n_heads, self.attn_dropout, self.attn_impl)
+
+    def feedforward(self) -> nn.Module:
+        return FEEDFORWARDS.get(self.ffn)(self.d_model, self.d_ff, self.dropout)
+
+
+class EncoderLayer(nn.Module):
+    """Bidirectional self-attention and a feed-forward network, each residual-wrapped."""
+
+    def __init__(self, spec: LayerSpec) -> None:
+        super().__init__()
+        self.self_attn, self.attn_residual = spec.attention(), spec.residual()
+        self.ffn, self.ffn_residual = spec.feedforward(), spec.residual()
+
+    def forward(self, x: Tensor, inputs: AttentionInputs) -> Tensor:
+        x = self.attn_residual(x, lambda h: self.self_attn(h, inputs))
+        return self.ffn_residual(x, self.ffn)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, optional cross-attention over the encoder output, FFN."""
+
+    def __init__(self, spec: LayerSpec, cross_attention: bool) -> None:
+        super().__init__()
+        self.self_attn, self.attn_residual = spec.attention(), spec.residual()
+        self.cross_attn = spec.attention() if cross_attention else None
+        self.cross_residual = spec.residual() if cross_attention else None
+        self.ffn, self.ffn_residual = spec.feedforward(), spec.residual()
+
+    def forward(
+        self,
+        x: Tensor,
+        inputs: AttentionInputs,
+        memory: Tensor | None = None,
+        memory_inputs: AttentionInputs | None = None,
+        cache: dict[str, Tensor] | None = None,
+    ) -> Tensor:
+        x = self.attn_residual(x, lambda h: self.self_attn(h, inputs, cache=cache))
+        if self.cross_attn is not None:
+            assert memory is not None and memory_inputs is not None and self.cross_residual
+            x = self.cross_residual(
+                x, lambda h: self.cross_attn(h, memory_inputs, memory=memory, cache=cache)
+            )
+        return self.ffn_residual(x, self.ffn)

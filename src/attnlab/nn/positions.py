@@ -1,0 +1,170 @@
+"""Positional information: one class per scheme, selected by ``model.pos``.
+
+A scheme may act in three places, and implements only the hooks it needs:
+
+* ``embed(x, pos)``        adds an absolute encoding to the token embeddings;
+* ``rotary(pos)``          returns (cos, sin) to rotate queries and keys (RoPE);
+* ``bias(q_pos, k_pos)``   returns an additive attention bias (ALiBi, T5).
+
+``pos`` holds integer positions, shape (T,) or (B, T): explicit positions let
+left-padded batches and cached decoding place every token correctly.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.registry import Registry
+
+POSITIONS: Registry[type[Positions]] = Registry("model.pos")
+
+
+class Positions(nn.Module):
+    """No positional information (``model.pos=none``); base of every scheme."""
+
+    def __init__(self, d_model: int, n_heads: int, max_len: int, causal: bool) -> None:
+        super().__init__()
+        self.d_model, self.n_heads, self.max_len, self.causal = d_model, n_heads, max_len, causal
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        return x
+
+    def rotary(self, pos: Tensor) -> tuple[Tensor, Tensor] | None:
+        return None
+
+    def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+        return None
+
+
+POSITIONS.register("none")(Positions)
+
+
+def _angles(pos: Tensor, dim: int) -> Tensor:
+    """pos / 10000^(2i/dim) for i < dim/2; shape (..., T, dim/2)."""
+    inv_freq = 10000.0 ** (-torch.arange(0, dim, 2, device=pos.device, dtype=torch.float32) / dim)
+    return pos.float().unsqueeze(-1) * inv_freq
+
+
+@POSITIONS.register("sinusoidal")
+class SinusoidalPositions(Positions):
+    """PE(pos, 2i) = sin(pos/10000^(2i/d_model)), PE(pos, 2i+1) = cos(…)  (§3.5)."""
+
+    def encoding(self, pos: Tensor) -> Tensor:
+        angles = _angles(pos, self.d_model)
+        return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)  # interleaved
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        return x + self.encoding(pos).to(x.dtype)
+
+
+@POSITIONS.register("sinusoidal_concat")
+class SinusoidalConcatPositions(SinusoidalPositions):
+    """The tensor2tensor layout of the same frequencies: all sines, then all cosines."""
+
+    def encoding(self, pos: Tensor) -> Tensor:
+        angles = _angles(pos, self.d_model)
+        return torch.cat((angles.sin(), angles.cos()), dim=-1)
+
+
+@POSITIONS.register("learned")
+class LearnedPositions(Positions):
+    """A trained embedding per absolute position (BERT, GPT-2)."""
+
+    def __init__(self, d_model: int, n_heads: int, max_len: int, causal: bool) -> None:
+        super().__init__(d_model, n_heads, max_len, causal)
+        self.table = nn.Embedding(max_len, d_model)
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        if int(pos.max()) >= self.max_len:
+            raise ValueError(
+                f"position {int(pos.max())} exceeds model.max_len={self.max_len}; "
+                "raise model.max_len or use a relative scheme"
+            )
+        return x + self.table(pos)
+
+
+@POSITIONS.register("rope")
+class RotaryPositions(Positions):
+    """Rotary position embedding (Su et al. 2021): rotate Q and K of every head.
+
+    q_mᵀk_n then depends on positions only through m − n.
+    """
+
+    def rotary(self, pos: Tensor) -> tuple[Tensor, Tensor]:
+        angles = _angles(pos, self.d_model // self.n_heads)  # (…, T, d_head/2)
+        if angles.dim() == 2:
+            angles = angles.unsqueeze(0)
+        angles = angles.unsqueeze(1)  # (B|1, 1, T, d_head/2): broadcast over heads
+        return angles.cos(), angles.sin()
+
+
+def alibi_slopes(n_heads: int) -> Tensor:
+    """Geometric slopes 2^(-8/n), 2^(-16/n), … (Press et al. 2022, §3).
+
+    For a head count that is not a power of two, take the slopes of the closest
+    smaller power and fill in every other slope of the next one, as the paper does.
+    """
+
+    def power_of_two(n: int) -> list[float]:
+        return [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
+
+    closest = 2 ** int(math.floor(math.log2(n_heads)))
+    slopes = power_of_two(closest)
+    if closest < n_heads:
+        slopes += power_of_two(2 * closest)[0::2][: n_heads - closest]
+    return torch.tensor(slopes)
+
+
+@POSITIONS.register("alibi")
+class ALiBiPositions(Positions):
+    """Attention with linear biases: score_ij −= m_h · |i − j| (Press et al. 2022)."""
+
+    def __init__(self, d_model: int, n_heads: int, max_len: int, causal: bool) -> None:
+        super().__init__(d_model, n_heads, max_len, causal)
+        self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
+
+    def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        distance = (q_pos.unsqueeze(-1) - k_pos.unsqueeze(-2)).abs().float()  # (…, Tq, Tk)
+        if distance.dim() == 2:
+            distance = distance.unsqueeze(0)
+        return -self.slopes.view(1, -1, 1, 1) * distance.unsqueeze(1)  # (B|1, H, Tq, Tk)
+
+
+@POSITIONS.register("t5_relative")
+class T5RelativePositions(Positions):
+    """Learned scalar bias per head and relative-distance bucket (Raffel et al. 2020).
+
+    Offsets are exact up to ``num_buckets/2`` (per direction), then log-spaced up
+    to ``max_distance``; encoders use both directions, decoders only the past.
+    """
+
+    num_buckets, max_distance = 32, 128
+
+    def __init__(self, d_model: int, n_heads: int, max_len: int, causal: bool) -> None:
+        super().__init__(d_model, n_heads, max_len, causal)
+        self.table = nn.Embedding(self.num_buckets, n_heads)
+
+    def bucket(self, relative: Tensor) -> Tensor:
+        """Bucket index of key_pos − query_pos."""
+        buckets, n = self.num_buckets, -relative
+        offset = torch.zeros_like(n)
+        if self.causal:
+            n = n.clamp(min=0)
+        else:
+            buckets //= 2
+            offset = (n < 0).long() * buckets
+            n = n.abs()
+        exact = buckets // 2
+        log_ratio = torch.log(n.float().clamp(min=1) / exact) / math.log(self.max_distance / exact)
+        large = (exact + (log_ratio * (buckets - exact)).long()).clamp(max=buckets - 1)
+        return offset + torch.where(n < exact, n, large)
+
+    def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        relative = k_pos.unsqueeze(-2) - q_pos.unsqueeze(-1)  # (…, Tq, Tk)
+        values = self.table(self.bucket(relative))  # (…, Tq, Tk, H)
+        if values.dim() == 3:
+            values = values.unsqueeze(0)
+        return values.permute(0, 3, 1, 2)  # (B|1, H, Tq, Tk)

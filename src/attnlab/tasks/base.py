@@ -1,0 +1,155 @@
+"""What every task shares: the model, the optimiser and the learning-rate schedule.
+
+A task is how a variant is fed and what loss it learns; the architecture
+itself comes from :mod:`attnlab.models`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor, nn
+from torch.optim.lr_scheduler import LambdaLR
+
+from attnlab.errors import ConfigError
+from attnlab.models import ModelConfig, TransformerModel, build_model
+from attnlab.models.generation import STRATEGIES, DecodeConfig
+
+SCHEDULES = ("cosine", "inverse_sqrt", "constant")
+
+
+@dataclass
+class OptimConfig:
+    """``optim.*``: AdamW with warmup, then cosine decay or the paper's schedule."""
+
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-9
+    weight_decay: float = 0.01
+    warmup_steps: int = 100
+    schedule: str = "cosine"
+    min_lr: float = 0.0  # cosine floor
+    decay_steps: int | None = None  # None: the trainer's total number of steps
+    fused: bool | None = None  # None: fused AdamW on CUDA
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)  # type: ignore[assignment]
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(
+                f"optim.schedule={self.schedule} is not valid; use one of: {', '.join(SCHEDULES)}"
+            )
+        if self.lr <= 0:
+            raise ConfigError(f"optim.lr={self.lr} must be positive")
+        if self.warmup_steps < 0:
+            raise ConfigError(f"optim.warmup_steps={self.warmup_steps} must be >= 0")
+
+
+def lr_multiplier(step: int, cfg: OptimConfig, d_model: int, total_steps: int) -> float:
+    """Factor applied to ``optim.lr`` at optimizer step ``step`` (0-based).
+
+    * cosine:       linear warmup to lr, then cosine decay to min_lr
+    * inverse_sqrt: d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)
+                    (Vaswani et al. 2017, eq. 3; ``optim.lr`` is a scale, 1.0 in the paper)
+    * constant:     linear warmup, then flat
+    """
+    step = step + 1
+    warmup = cfg.warmup_steps
+    if cfg.schedule == "inverse_sqrt":
+        return d_model**-0.5 * min(step**-0.5, step * max(warmup, 1) ** -1.5)
+    if warmup and step <= warmup:
+        return step / warmup
+    if cfg.schedule == "constant":
+        return 1.0
+    span = max(1, total_steps - warmup)
+    progress = min(1.0, (step - warmup) / span)
+    floor = cfg.min_lr / cfg.lr
+    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def _no_decay(name: str, param: Tensor) -> bool:
+    """Norm gains, biases, embeddings and position tables are not weight-decayed."""
+    return param.dim() < 2 or "embedding" in name or "positions" in name
+
+
+class Task(L.LightningModule):
+    """Base LightningModule: builds the model from ``model`` and owns the optimiser."""
+
+    kind = "lm"
+
+    def __init__(
+        self,
+        model: dict[str, Any],
+        optim: dict[str, Any] | None = None,
+        task: dict[str, Any] | None = None,
+        decode: dict[str, Any] | None = None,
+        num_classes: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.model_cfg = ModelConfig.from_dict(dict(model))
+        self.optim_cfg = OptimConfig(**(optim or {}))
+        self.options = dict(task or {})
+        self.decode_cfg = DecodeConfig(**(decode or {}))
+        if self.decode_cfg.strategy not in STRATEGIES:
+            raise ConfigError(
+                f"decode.strategy={self.decode_cfg.strategy} is not valid; "
+                f"use one of: {', '.join(STRATEGIES)}"
+            )
+        self.seed = seed
+        self.model: TransformerModel = build_model(self.model_cfg)
+        self.label_smoothing = float(self.options.get("label_smoothing", 0.0))
+
+    def setup(self, stage: str) -> None:
+        if self.model_cfg.compile and not getattr(self, "_compiled", False):
+            self.model.compile()
+            self._compiled = True
+
+    def loss(self, logits: Tensor, labels: Tensor, smoothing: float | None = None) -> Tensor:
+        """Cross-entropy over positions whose label is not -100, with label smoothing (§5.4)."""
+        return nn.functional.cross_entropy(
+            logits.reshape(-1, logits.size(-1)).float(),
+            labels.reshape(-1),
+            ignore_index=-100,
+            label_smoothing=self.label_smoothing if smoothing is None else smoothing,
+        )
+
+    def tokens_in_batch(self, batch: dict[str, Tensor]) -> int:
+        """Tokens processed in one step, for throughput and MFU."""
+        return sum(int(v.numel()) for k, v in batch.items() if v.dim() == 2)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        cfg = self.optim_cfg
+        decay, no_decay = [], []
+        for name, param in self.named_parameters():
+            if param.requires_grad:
+                (no_decay if _no_decay(name, param) else decay).append(param)
+        on_cuda = any(p.is_cuda for p in decay)
+        optimizer = torch.optim.AdamW(
+            [
+                {"params": decay, "weight_decay": cfg.weight_decay},
+                {"params": no_decay, "weight_decay": 0.0},
+            ],
+            lr=cfg.lr,
+            betas=cfg.betas,
+            eps=cfg.eps,
+            fused=on_cuda if cfg.fused is None else cfg.fused,
+        )
+        total = cfg.decay_steps or self._total_steps()
+        d_model = self.model_cfg.d_model
+        schedule = LambdaLR(optimizer, lambda step: lr_multiplier(step, cfg, d_model, total))
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": schedule, "interval": "step"},
+        }
+
+    def _total_steps(self) -> int:
+        try:
+            steps = int(self.trainer.estimated_stepping_batches)
+        except Exception:  # no trainer attached (unit tests) or unknown length
+            return 10_000
+        return steps if 0 < steps < 10**9 else 10_000

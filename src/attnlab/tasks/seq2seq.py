@@ -1,0 +1,156 @@
+"""Sequence-to-sequence: copy, reverse, sort, addition, translation.
+
+Teacher forcing (Vaswani et al. 2017, §3.1): the decoder reads the target
+shifted right (BOS + y₁…y_{n}) and predicts y₁…y_n + EOS. A decoder-only
+model reads ``source ⟶ SEP ⟶ target`` as one sequence and is trained on the
+target part only, causally or as a prefix-LM (source bidirectional).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+from torchmetrics import MeanMetric
+from torchmetrics.classification import MulticlassAccuracy
+from torchmetrics.text import SacreBLEUScore
+
+from attnlab.data.base import BOS, EOS, PAD, SEP
+from attnlab.models import DecoderOnly, EncoderDecoder
+from attnlab.models.generation import generate
+from attnlab.tasks.base import Task
+
+IGNORE = -100
+
+
+def teacher_forcing(tgt: Tensor) -> tuple[Tensor, Tensor]:
+    """(B, T) right-padded target -> decoder input BOS+y and labels y+EOS, (B, T+1)."""
+    B = tgt.size(0)
+    lengths = (tgt != PAD).sum(1)
+    decoder_in = torch.cat([tgt.new_full((B, 1), BOS), tgt], dim=1)
+    labels = torch.cat([tgt, tgt.new_full((B, 1), PAD)], dim=1)
+    labels[torch.arange(B, device=tgt.device), lengths] = EOS
+    return decoder_in, labels.masked_fill(labels == PAD, IGNORE)
+
+
+def join_source_target(src: Tensor, tgt: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Pack ``src SEP tgt EOS`` per row, padding moved to the end.
+
+    Returns (sequence (B, L), labels (B, L) — the next token where it is part
+    of the target or EOS, else -100 —, prefix length = |src| + 1 per row).
+    """
+    B = src.size(0)
+    sep = src.new_full((B, 1), SEP)
+    pad = src.new_full((B, 1), PAD)
+    seq = torch.cat([src, sep, tgt, pad], dim=1)
+    src_len, tgt_len = (src != PAD).sum(1), (tgt != PAD).sum(1)
+    # segment ids: 0 source, 1 separator, 2 target/EOS, 3 padding
+    segment = torch.cat(
+        [
+            torch.where(src != PAD, 0, 3),
+            torch.ones_like(sep),
+            torch.where(tgt != PAD, 2, 3),
+            torch.full_like(pad, 3),
+        ],
+        dim=1,
+    )
+    order = torch.argsort(segment.eq(3).int(), dim=1, stable=True)  # real tokens first
+    seq, segment = seq.gather(1, order), segment.gather(1, order)
+    eos_at = src_len + 1 + tgt_len
+    rows = torch.arange(B, device=src.device)
+    seq[rows, eos_at], segment[rows, eos_at] = EOS, 2
+    labels = torch.full_like(seq, IGNORE)
+    labels[:, :-1] = torch.where(segment[:, 1:] == 2, seq[:, 1:], IGNORE)
+    return seq, labels, src_len + 1
+
+
+def left_pad_prompts(src: Tensor) -> Tensor:
+    """Right-padded sources -> left-padded ``src SEP`` prompts for decoder-only decoding."""
+    B = src.size(0)
+    prompt = torch.cat([src, src.new_full((B, 1), PAD)], dim=1)
+    lengths = (src != PAD).sum(1)
+    prompt[torch.arange(B, device=src.device), lengths] = SEP
+    order = torch.argsort(prompt.ne(PAD).int(), dim=1, stable=True)  # padding first
+    return prompt.gather(1, order)
+
+
+class Seq2SeqTask(Task):
+    """Teacher-forced training; greedy/beam free-running decoding for exact match and BLEU."""
+
+    kind = "seq2seq"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        vocab = self.model_cfg.vocab_size
+        self.bleu_enabled = bool(self.options.get("bleu", False))
+        self.decode_every = int(self.options.get("decode_every_n_epochs", 1))
+        for stage in ("val", "test"):
+            setattr(self, f"{stage}_loss", MeanMetric())
+            setattr(self, f"{stage}_acc", MulticlassAccuracy(vocab, average="micro", ignore_index=IGNORE))
+            setattr(self, f"{stage}_exact", MeanMetric())
+            if self.bleu_enabled:
+                setattr(self, f"{stage}_bleu", SacreBLEUScore())
+
+    def forward(self, src: Tensor, tgt: Tensor) -> tuple[Tensor, Tensor]:
+        """Teacher-forced logits and labels, aligned position by position."""
+        if isinstance(self.model, EncoderDecoder):
+            decoder_in, labels = teacher_forcing(tgt)
+            return self.model(src, decoder_in), labels
+        assert isinstance(self.model, DecoderOnly)
+        seq, labels, prefix_len = join_source_target(src, tgt)
+        prefix = prefix_len if self.model_cfg.prefix_lm else None
+        return self.model(seq, prefix_len=prefix), labels
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        logits, labels = self(batch["src"], batch["tgt"])
+        loss = self.loss(logits, labels)
+        self.log("train/loss", loss, prog_bar=True, batch_size=batch["src"].size(0))
+        return loss
+
+    @torch.no_grad()
+    def translate(self, src: Tensor) -> Tensor:
+        """Free-running decoding of a batch of sources -> (B, T) predicted targets."""
+        inputs = src if isinstance(self.model, EncoderDecoder) else left_pad_prompts(src)
+        return generate(self.model, inputs, self.decode_cfg)
+
+    def _evaluate(self, batch: dict[str, Tensor], stage: str) -> None:
+        src, tgt = batch["src"], batch["tgt"]
+        logits, labels = self(src, tgt)
+        n_tokens = int((labels != IGNORE).sum())
+        getattr(self, f"{stage}_loss").update(self.loss(logits, labels, smoothing=0.0), n_tokens)
+        getattr(self, f"{stage}_acc").update(logits.argmax(-1), labels)
+        self.log(f"{stage}/loss", getattr(self, f"{stage}_loss"), prog_bar=True)
+        self.log(f"{stage}/acc", getattr(self, f"{stage}_acc"))
+        if stage == "val" and self.current_epoch % self.decode_every:
+            return
+        pred = self.translate(src)
+        width = max(pred.size(1), tgt.size(1))
+        pred_p = torch.nn.functional.pad(pred, (0, width - pred.size(1)), value=PAD)
+        tgt_p = torch.nn.functional.pad(tgt, (0, width - tgt.size(1)), value=PAD)
+        getattr(self, f"{stage}_exact").update((pred_p == tgt_p).all(1).float())
+        self.log(f"{stage}/exact_match", getattr(self, f"{stage}_exact"), prog_bar=True)
+        if self.bleu_enabled:
+            decode = self.trainer.datamodule.decode
+            hyps = [decode(row) for row in pred.tolist()]
+            refs = batch.get("tgt_text") or [decode(row) for row in tgt.tolist()]
+            getattr(self, f"{stage}_bleu").update(hyps, [[r] for r in refs])
+
+    def _log_bleu(self, stage: str) -> None:
+        """sacreBLEU on detokenised text, reported on the usual 0–100 scale."""
+        metric = getattr(self, f"{stage}_bleu", None)
+        if metric is not None and metric.update_count:
+            self.log(f"{stage}/bleu", 100 * metric.compute(), prog_bar=True, sync_dist=False)
+            metric.reset()
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_bleu("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_bleu("test")
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "test")

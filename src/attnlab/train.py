@@ -1,0 +1,156 @@
+"""``attnlab-train [overrides] [-m]``: train (fit, then test on the best checkpoint).
+
+    attnlab-train model=decoder_only model.norm=post data=copy seed=1
+    attnlab-train -m model=decoder_only,encoder_decoder model.norm=pre,post
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from attnlab.cli.common import config_dir, fail, quiet_environment, register_resolvers, user_errors
+
+HYDRA_FLAGS_WITHOUT_CHECK = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--shell-completion")
+
+
+def run_job(cfg: Any) -> float | None:
+    """One training run inside Hydra: always leaves summary.json in the run directory."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    from attnlab.callbacks.summary import write_summary
+    from attnlab.cli import pipeline
+    from attnlab.cli.wandb_setup import sync_hint
+    from attnlab.errors import UserError
+
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    overrides = list(hydra_cfg.overrides.task)
+    started = time.perf_counter()
+    result: dict[str, Any] = {"status": "failed", "error": None, "metrics": {}}
+    try:
+        config = OmegaConf.to_container(cfg, resolve=True)
+    except Exception:  # an unresolvable value is reported by the build below
+        config = OmegaConf.to_container(cfg, resolve=False)
+    try:
+        result.update(train(cfg, run_dir))
+    except UserError as exc:
+        result["error"] = str(exc)
+        if not multirun:
+            _finish(write_summary, run_dir, result, overrides, config, started)
+            fail(str(exc))
+    except Exception as exc:  # a crash (OOM, NaN, bug) is recorded, not hidden
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        if not multirun:
+            _finish(write_summary, run_dir, result, overrides, config, started)
+            raise
+        traceback.print_exc()
+    _finish(write_summary, run_dir, result, overrides, config, started)
+    if not multirun:
+        metrics = result["metrics"]
+        shown = ", ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items()) if "/" in k and not k.startswith("train/"))
+        print(f"run directory: {run_dir}")
+        print(f"checkpoint:    {result.get('best_ckpt') or run_dir / 'checkpoints' / 'last.ckpt'}")
+        print(f"summary:       {run_dir / 'summary.json'}  [{result['status']}] {shown}")
+        hint = sync_hint(run_dir)
+        if hint:
+            print(f"W&B (offline): {hint}")
+    value = result["metrics"].get(str(cfg.get("optimized_metric", "val/loss")))
+    return float(value) if value is not None else None
+
+
+def _finish(write_summary: Any, run_dir: Path, result: dict[str, Any], overrides: list[str],
+            config: Any, started: float) -> None:  # fmt: skip
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+    if rank_zero_only.rank == 0:
+        write_summary(
+            run_dir,
+            status=result["status"], error=result["error"], overrides=overrides, config=config,
+            metrics=result["metrics"], task=result.get("task"), params=result.get("params"),
+            tokens_per_sec=result.get("tokens_per_sec"),
+            wall_s=round(time.perf_counter() - started, 3),
+            **({"stopped_at_step": result["stopped_at_step"]} if "stopped_at_step" in result else {}),
+        )  # fmt: skip
+
+
+def train(cfg: Any, run_dir: Path) -> dict[str, Any]:
+    """Build everything from the config, fit, test; return status and metrics."""
+    import lightning as L
+
+    from attnlab.callbacks.throughput import TokenThroughput
+    from attnlab.cli import pipeline
+
+    pipeline.check_config(cfg)
+    L.seed_everything(int(cfg.seed), workers=True, verbose=False)
+    datamodule = pipeline.build_data(cfg)
+    task = pipeline.build_task(cfg, datamodule)
+    callbacks = pipeline.build_callbacks(cfg)
+    loggers = pipeline.build_loggers(cfg, run_dir)
+    trainer = pipeline.build_trainer(cfg, run_dir, callbacks, loggers)
+    if trainer.is_global_zero:
+        datamodule.save_tokenizer(run_dir)
+    out: dict[str, Any] = {"task": datamodule.task, "params": task.model.num_params()}
+    metrics: dict[str, float] = {}
+    if cfg.get("train", True):
+        trainer.fit(task, datamodule=datamodule, ckpt_path=pipeline.checkpoint_to_resume(cfg, run_dir))
+        metrics.update(pipeline.scalar_metrics(trainer.callback_metrics))
+    status = getattr(trainer, "attnlab_status", None) or "completed"
+    best = pipeline.best_checkpoint(trainer)
+    if cfg.get("test", True) and status == "completed":
+        trainer.test(task, datamodule=datamodule, ckpt_path=best, weights_only=False)
+        metrics.update(pipeline.scalar_metrics(trainer.callback_metrics))
+    throughput = next((c for c in callbacks if isinstance(c, TokenThroughput)), None)
+    out.update(status=status, metrics=metrics, best_ckpt=best,
+               tokens_per_sec=throughput.tokens_per_sec if throughput else None)  # fmt: skip
+    if status != "completed":
+        out["error"] = getattr(trainer, "attnlab_error", None)
+        out["stopped_at_step"] = trainer.global_step
+    return out
+
+
+def _split(argv: list[str]) -> tuple[list[str], bool, bool]:
+    """(overrides, multirun?, has other Hydra flags?)."""
+    multirun = any(a in ("-m", "--multirun") for a in argv)
+    flags = any(a.split("=")[0] in HYDRA_FLAGS_WITHOUT_CHECK for a in argv)
+    overrides = [a for a in argv if not a.startswith("-")]
+    return overrides, multirun, flags
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point; returns the process exit code."""
+    import hydra
+
+    from attnlab.cli.compose import resume_overrides, validate_overrides
+    from attnlab.cli.sweep import SweepStatus
+
+    quiet_environment()
+    register_resolvers()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    overrides, multirun, flags = _split(argv)
+    with user_errors():
+        conf = str(config_dir())
+        if not flags:
+            cfg = validate_overrides(overrides, multirun)
+            if not multirun:
+                new = resume_overrides(cfg, overrides)
+                argv = [a for a in argv if a.startswith("-")] + new
+    SweepStatus.failed = []
+    app = hydra.main(config_path=conf, config_name="config", version_base="1.3")(run_job)
+    saved_argv = sys.argv
+    sys.argv = [saved_argv[0] if saved_argv else "attnlab-train", *argv]
+    try:
+        app()
+    finally:
+        sys.argv = saved_argv
+    return 1 if SweepStatus.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
