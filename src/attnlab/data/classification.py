@@ -216,10 +216,11 @@ class ClassificationDataModule(CachedDataModule):
 
     def _install(self, payload: dict[str, Any]) -> None:
         for split in SPLITS:
-            part = payload.get(split) or payload["val"]  # no test data: test on val
-            self.datasets[split] = LabelledSequences(
-                PackedSequences.from_state(part["ids"]), part["labels"]
-            )
+            if payload.get(split) is None:  # no test data: test on val
+                self.datasets[split] = self.datasets["val"]
+                continue
+            ids = PackedSequences.from_state(payload[split]["ids"])
+            self.datasets[split] = LabelledSequences(ids, payload[split]["labels"])
         largest = max(int(d.labels.max()) for d in self.datasets.values())
         if self.requested_num_classes is None:
             self.num_classes = largest + 1
