@@ -173,3 +173,18 @@ def test_missing_file_names_key_and_file(tmp_path, sst_like) -> None:
 def test_no_source_asks_for_path_files_or_hf(tmp_path) -> None:
     with pytest.raises(DataError, match=r"data\.path.*data\.files.*data\.hf\.name"):
         build(tmp_path)
+
+
+def test_hugging_face_local_dataset_folder_is_read(tmp_path, monkeypatch) -> None:
+    import datasets
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf")
+    folder = tmp_path / "hfdata"
+    folder.mkdir()
+    rows = "".join(f"{i % 3},review {i}\n" for i in range(30))
+    (folder / "train.csv").write_text("label,sentence\n" + rows, encoding="utf-8")
+    (folder / "validation.csv").write_text("label,sentence\n2,fine\n0,poor\n", encoding="utf-8")
+    dm = build(tmp_path, hf={"name": str(folder)}, text_column="sentence")
+    assert dm.num_classes == 3 and len(dm.datasets["val"]) == 2
+    assert dm.decode(dm.datasets["test"][0][0].tolist()) == "fine"

@@ -191,3 +191,22 @@ def test_non_utf8_file_raises_naming_it(tmp_path, files) -> None:
     Path(files["val"]["tgt"]).write_bytes("stra\xdfe\n".encode("latin-1") * 40)
     with pytest.raises(DataError, match=r"val\.en is not UTF-8"):
         build(tmp_path, files)
+
+
+def test_hugging_face_translation_column_is_read(tmp_path, monkeypatch) -> None:
+    import json
+
+    import datasets
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf")
+    folder = tmp_path / "hfdata"
+    folder.mkdir()
+    for split, n, seed in (("train", 50, 0), ("validation", 5, 1)):
+        src, tgt = sentence_pairs(n, seed)
+        rows = [{"translation": {"de": s, "en": t}} for s, t in zip(src, tgt, strict=True)]
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    hf = {"name": str(folder), "src_lang": "de", "tgt_lang": "en"}
+    dm = build(tmp_path, None, hf=hf)
+    assert len(dm.datasets["train"]) == 50
+    assert dm.references("test") == dm.references("val") == sentence_pairs(5, 1)[1]

@@ -124,6 +124,9 @@ class CachedDataModule(AttnlabDataModule):
         """A DataLoader with this module's workers; pass ``batch_size`` or ``batch_sampler``."""
         if "batch_sampler" not in kwargs:
             kwargs.setdefault("batch_size", self.batch_size)
+        if self.num_workers > 0:
+            # Tokenizing is done; keep HF tokenizers' thread pool from warning in forked workers.
+            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         return DataLoader(
             dataset,
             num_workers=self.num_workers,
