@@ -210,3 +210,9 @@ def test_hugging_face_translation_column_is_read(tmp_path, monkeypatch) -> None:
     dm = build(tmp_path, None, hf=hf)
     assert len(dm.datasets["train"]) == 50
     assert dm.references("test") == dm.references("val") == sentence_pairs(5, 1)[1]
+
+
+def test_broken_gzip_file_raises_naming_it(tmp_path, files) -> None:
+    Path(files["train"]["src"]).write_bytes(b"\x1f\x8b not really gzip")
+    with pytest.raises(DataError, match=r"data\.files\.train\.src: cannot read .*train\.de\.gz"):
+        build(tmp_path, files)

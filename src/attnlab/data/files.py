@@ -38,7 +38,12 @@ def file_identity(path: Path) -> list:
 
 def read_text(path: Path, key: str) -> str:
     """The whole file as UTF-8 text; DataError if it is not UTF-8 or holds no text."""
-    raw = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
+    try:
+        raw = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
+    except (OSError, EOFError) as e:  # unreadable, or a broken .gz
+        raise DataError(
+            f"{key}: cannot read {path} ({type(e).__name__}: {e}); check the file"
+        ) from e
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:

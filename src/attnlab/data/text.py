@@ -32,7 +32,9 @@ SPLITS = ("train", "val", "test")
 class TokenBlocks(Dataset):
     """``{"tokens": tokens[s : s + block_size + 1]}`` for each start ``s`` (all starts if None)."""
 
-    def __init__(self, tokens: torch.Tensor, block_size: int, starts: torch.Tensor | None = None):
+    def __init__(
+        self, tokens: torch.Tensor, block_size: int, starts: torch.Tensor | None = None
+    ) -> None:
         self.tokens = tokens
         self.block_size = block_size
         self.starts = starts
