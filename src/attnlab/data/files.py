@@ -1,0 +1,120 @@
+"""Reading user data files, with one-line ``DataError`` messages that name the file and the fix.
+
+Files are only ever read: nothing here writes, moves or deletes user data.
+Plain and ``.gz`` files are accepted everywhere.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnlab.data.paths import DATA_ROOT_ENV, data_root
+from attnlab.errors import DataError
+
+
+def existing_file(path: str | os.PathLike | None, key: str) -> Path:
+    """``path`` as a Path, or DataError naming ``key`` when it is unset or missing."""
+    if path is None or str(path) == "":
+        raise DataError(f"{key} is not set; point {key} at a data file")
+    p = Path(os.path.expanduser(str(path)))
+    if not p.is_file():
+        hint = ""
+        if str(p).startswith(data_root()):
+            hint = f" (or set {DATA_ROOT_ENV} to the folder holding the shared data)"
+        raise DataError(f"{key}: file not found: {p}; set {key}=/path/to/your/file{hint}")
+    return p
+
+
+def file_identity(path: Path) -> list:
+    """What says a file is unchanged for caching: resolved path, size and mtime."""
+    st = path.stat()
+    return [str(path.resolve()), st.st_size, st.st_mtime_ns]
+
+
+def read_text(path: Path, key: str) -> str:
+    """The whole file as UTF-8 text; DataError if it is not UTF-8 or holds no text."""
+    try:
+        raw = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
+    except (OSError, EOFError) as e:  # unreadable, or a broken .gz
+        raise DataError(
+            f"{key}: cannot read {path} ({type(e).__name__}: {e}); check the file"
+        ) from e
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise DataError(
+            f"{key}: {path} is not UTF-8 text (bad byte at offset {e.start}); "
+            f"convert it, e.g. `iconv -f latin1 -t utf-8`"
+        ) from e
+    if not text.strip():
+        raise DataError(f"{key}: {path} is empty; point {key} at a file with text")
+    return text
+
+
+def read_lines(path: Path, key: str) -> list[str]:
+    """Lines without line ends; only ``\\n`` or ``\\r\\n`` end a line (as in parallel corpora)."""
+    lines = read_text(path, key).split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+@dataclass
+class Table:
+    """A delimited text file: header names and rows with their 1-based line numbers."""
+
+    path: Path
+    header: list[str]
+    rows: list[list[str]]
+    line_numbers: list[int]
+
+    def column(self, names: str | list[str], key: str) -> int:
+        """Index of the first of ``names`` present in the header, else DataError listing columns."""
+        wanted = [names] if isinstance(names, str) else list(names)
+        for name in wanted:
+            if name in self.header:
+                return self.header.index(name)
+        raise DataError(
+            f"{key}: no column {' or '.join(map(repr, wanted))} in {self.path}; "
+            f"columns present: {self.header}; set {key} to one of them"
+        )
+
+
+def delimiter_for(path: Path, delimiter: str | None) -> str:
+    """The explicit ``delimiter``, else tab for ``.tsv`` and comma otherwise."""
+    if delimiter:
+        return "\t" if delimiter in ("\\t", "tab") else delimiter
+    suffixes = [s for s in path.suffixes if s != ".gz"]
+    return "\t" if suffixes and suffixes[-1] in (".tsv", ".tab") else ","
+
+
+def read_table(path: Path, key: str, delimiter: str | None = None) -> Table:
+    """Parse a TSV/CSV file with a header row.
+
+    TSV is read without quote handling (GLUE-style files contain bare quotes);
+    CSV follows the usual quoting rules.
+    """
+    delim = delimiter_for(path, delimiter)
+    quoting = csv.QUOTE_NONE if delim == "\t" else csv.QUOTE_MINIMAL
+    reader = csv.reader(
+        io.StringIO(read_text(path, key), newline=""), delimiter=delim, quoting=quoting
+    )
+    header: list[str] | None = None
+    rows: list[list[str]] = []
+    numbers: list[int] = []
+    for row in reader:
+        if not row or not any(cell.strip() for cell in row):
+            continue
+        if header is None:
+            header = [cell.strip() for cell in row]
+            continue
+        rows.append(row)
+        numbers.append(reader.line_num)
+    if header is None or not rows:
+        raise DataError(f"{key}: {path} has no data rows below its header; add labelled rows")
+    return Table(path, header, rows, numbers)
