@@ -25,11 +25,6 @@ def config_dir() -> Path:
     raise UserError("attnlab's conf/ directory is missing; reinstall attnlab (make setup)")
 
 
-def default_data_root() -> str:
-    """``ATTNLAB_DATA_ROOT`` if set, else ``../shared/data`` beside the checkout."""
-    return os.environ.get("ATTNLAB_DATA_ROOT") or str(REPO_ROOT.parent / "shared" / "data")
-
-
 def register_resolvers() -> None:
     """OmegaConf resolvers used in conf/ (idempotent)."""
     if not OmegaConf.has_resolver("attnlab_unique"):
@@ -37,8 +32,9 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver(
             "attnlab_unique", lambda: uuid.uuid4().hex[:8], use_cache=True
         )
-    if not OmegaConf.has_resolver("attnlab_data_root"):
-        OmegaConf.register_new_resolver("attnlab_data_root", default_data_root)
+    from attnlab.data.paths import register_resolvers as register_data_resolvers
+
+    register_data_resolvers()
 
 
 def fail(message: str) -> None:

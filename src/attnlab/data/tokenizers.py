@@ -174,6 +174,10 @@ def tokenizer_from_json(text: str) -> AnyTokenizer:
     obj = json.loads(text)
     if obj.get("format") == _CHAR_FORMAT:
         return CharTokenizer(obj["chars"])
+    if obj.get("kind") == "symbols":  # a synthetic task's symbol names
+        from attnlab.data.synthetic import SymbolTokenizer
+
+        return SymbolTokenizer(obj["symbols"])  # type: ignore[return-value]
     hf = HFTokenizerModel.from_str(text)
     model_type = obj.get("model", {}).get("type")
     cls = {"BPE": BPETokenizer, "WordLevel": WordTokenizer}.get(model_type, HFTokenizer)

@@ -170,15 +170,20 @@ class TransformerStack(nn.Module):
         k_index = torch.arange(offset + T, device=tokens.device)
 
         mask = attention_mask(q_index, k_index, k_real, self.causal, prefix_len)
-        plain_causal = self.causal and mask is not None and k_real is None and prefix_len is None
-        inputs = AttentionInputs(
-            mask=None if plain_causal and offset == 0 else mask,
-            bias=self.positions.bias(positions, k_positions),
-            rope=self.positions.rotary(positions),
-            is_causal=plain_causal and offset == 0,
+        bias = self.positions.bias(positions, k_positions)
+        # pure causal self-attention over a fresh sequence: let the fused kernel
+        # apply causality itself (flash / memory-efficient path, no (T, T) mask)
+        fast_causal = (
+            self.causal and offset == 0 and k_real is None and prefix_len is None and bias is None
         )
         if cache is not None and offset > 0 and T == 1 and k_real is None:
-            inputs.mask = None  # one new query sees every earlier key
+            mask = None  # one new query may see every earlier key
+        inputs = AttentionInputs(
+            mask=None if fast_causal else mask,
+            bias=bias,
+            rope=self.positions.rotary(positions),
+            is_causal=fast_causal,
+        )
 
         memory_inputs = None
         if memory is not None:

@@ -1,0 +1,28 @@
+"""Shared test setup: offline, quiet, deterministic, small."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("ATTNLAB_DATA_ROOT", REPO_ROOT.parent / "shared" / "data"))
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    """../shared/data beside the checkout; the test is skipped when it is absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real data not found at {SHARED_DATA}")
+    return SHARED_DATA
