@@ -83,14 +83,20 @@ class Seq2SeqTask(Task):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         vocab = self.model_cfg.vocab_size
-        self.bleu_enabled = bool(self.options.get("bleu", False))
+        bleu = self.options.get("bleu")  # None: on when the data module has references
+        self.bleu_enabled: bool | None = None if bleu is None else bool(bleu)
         self.decode_every = int(self.options.get("decode_every_n_epochs", 1))
         for stage in ("val", "test"):
             setattr(self, f"{stage}_loss", MeanMetric())
             setattr(self, f"{stage}_acc", MulticlassAccuracy(vocab, average="micro", ignore_index=IGNORE))
             setattr(self, f"{stage}_exact", MeanMetric())
-            if self.bleu_enabled:
-                setattr(self, f"{stage}_bleu", SacreBLEUScore())
+            setattr(self, f"{stage}_bleu", SacreBLEUScore())
+
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        if self.bleu_enabled is None:
+            datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
+            self.bleu_enabled = hasattr(datamodule, "references")
 
     def forward(self, src: Tensor, tgt: Tensor) -> tuple[Tensor, Tensor]:
         """Teacher-forced logits and labels, aligned position by position."""
@@ -138,8 +144,8 @@ class Seq2SeqTask(Task):
 
     def _log_bleu(self, stage: str) -> None:
         """sacreBLEU on detokenised text, reported on the usual 0–100 scale."""
-        metric = getattr(self, f"{stage}_bleu", None)
-        if metric is not None and metric.update_count:
+        metric = getattr(self, f"{stage}_bleu")
+        if self.bleu_enabled and metric.update_count:
             self.log(f"{stage}/bleu", 100 * metric.compute(), prog_bar=True, sync_dist=False)
             metric.reset()
 
