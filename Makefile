@@ -1,5 +1,8 @@
 # attnlab — the two commands: `make train` and `make test`.
 SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+# pip's notes about local mirror folders it skips are noise
+QUIET := 2>&1 | { grep -v 'is ignored: it is neither a file nor a directory' || true; }
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
@@ -17,8 +20,8 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@# Keep a torch that is already installed (for example the user's CUDA build);
 	@# otherwise take the pinned CPU wheel so the project install does not pull CUDA.
-	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q $(TORCH_INDEX) "$(TORCH_SPEC)"
-	$(PIP) install -q -e ".[dev]"
+	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q $(TORCH_INDEX) "$(TORCH_SPEC)" $(QUIET)
+	$(PIP) install -q -e ".[dev]" $(QUIET)
 	@touch $(STAMP)
 
 train: setup
@@ -34,7 +37,7 @@ lint: setup
 	$(VENV)/bin/ruff check src tests
 
 bench: setup
-	$(PIP) install -q -e ".[dev,bench]"
+	$(PIP) install -q -e ".[dev,bench]" $(QUIET)
 	$(VENV)/bin/attnlab-bench --quick --json bench.json
 
 clean:
