@@ -24,7 +24,7 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=256, help="new tokens per run")
     parser.add_argument("--prompt", type=int, default=16, help="prompt length")
     parser.add_argument("--repeats", type=int, default=5, help="runs of each kind")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -55,9 +55,9 @@ def main() -> None:
     for i, clock in enumerate(("wall", "cpu")):
         cached = statistics.median(r[i] for r in runs[True])
         uncached = statistics.median(r[i] for r in runs[False])
-        print(f"{clock:>4}: cached {cached * 1e3:7.1f} ms ({cached / args.new * 1e3:.2f} ms/token)  "
-              f"uncached {uncached * 1e3:7.1f} ms ({uncached / args.new * 1e3:.2f} ms/token)  "
-              f"ratio {uncached / cached:.1f}x")  # fmt: skip
+        per_token = f"{cached / args.new * 1e3:.2f} / {uncached / args.new * 1e3:.2f} ms/token"
+        print(f"{clock:>4}: cached {cached * 1e3:7.1f} ms, uncached {uncached * 1e3:7.1f} ms "
+              f"({per_token}), ratio {uncached / cached:.1f}x")  # fmt: skip
 
 
 if __name__ == "__main__":

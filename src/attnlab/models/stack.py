@@ -168,7 +168,6 @@ class TransformerStack(nn.Module):
         if cache is not None:
             k_positions, k_real = cache.append(positions, key_real)
         # one new query over an unpadded cache may see every key: no mask to build
-        # (skipping it is most of the per-token overhead of cached decoding)
         single_step = cache is not None and offset > 0 and T == 1 and k_real is None
         mask = None
         if not single_step:
