@@ -184,12 +184,7 @@ def check_length(model: Any, inputs: Any, decode: Any, explicit: bool) -> None:
 
 
 def run(argv: list[str]) -> int:
-    import torch
-
     from attnlab.cli.checkpoints import load_run_config, locate_run, parse_arguments
-    from attnlab.data.base import PAD
-    from attnlab.data.tokenizers import load_tokenizer
-    from attnlab.models.generation import generate
 
     options, overrides = parse_arguments(argv, OPTIONS)
     other = [o for o in overrides if not o.lstrip("+").startswith("decode.")]
@@ -220,27 +215,41 @@ def run(argv: list[str]) -> int:
             f"{run_dir} is a classification run: it predicts labels, not text; "
             "use attnlab-eval for its metrics"
         )
+    import torch  # the paths and options are fine: now load what generation needs
+
+    from attnlab.data.tokenizers import load_tokenizer
+
     tokenizer = load_tokenizer(run_dir / "tokenizer.json")
     device = pick_device(cfg, options["device"])
     model = load_model(cfg, ckpt, tokenizer.vocab_size, device)
-    seed = int(options["seed"]) if options["seed"] is not None else int(cfg.get("seed", 0))
+    seed = _integer("seed", options["seed"], 0) if options["seed"] is not None else int(cfg.seed)
     generator = torch.Generator(device=device).manual_seed(seed)
     raw = str(options["raw"]).lower() in ("1", "true", "yes")
-
     encoded = [tokenizer.encode(p) for p in prompts for _ in range(num_samples)]
     if any(not ids for ids in encoded):
         raise ConfigError("a prompt encodes to no tokens; give text the tokenizer knows")
+    explicit = options["max_new_tokens"] is not None
     for start in range(0, len(encoded), ROWS_PER_BATCH):
         batch = encoded[start : start + ROWS_PER_BATCH]
-        inputs = batch_inputs(model, task, batch, device)
-        check_length(model, inputs, decode, explicit=options["max_new_tokens"] is not None)
-        outputs = generate(model, inputs, decode, generator=generator).tolist()
-        for prompt_ids, output in zip(batch, outputs, strict=True):
-            new = [t for t in output if t != PAD]
-            text = tokenizer.decode(prompt_ids + new if task == "lm" else new)
+        for ids in complete(model, task, batch, decode, explicit, generator):
+            text = tokenizer.decode(ids)
             print(text if raw else text.replace("\r", "\\r").replace("\n", "\\n"), flush=True)
     return 0
 
+
+def complete(
+    model: Any, task: str, prompts: list[list[int]], decode: Any, explicit: bool, generator: Any
+) -> list[list[int]]:
+    """Token ids to print per prompt: prompt + continuation (LM) or the output (seq2seq)."""
+    from attnlab.data.base import PAD
+    from attnlab.models.generation import generate
+
+    device = next(model.parameters()).device
+    inputs = batch_inputs(model, task, prompts, str(device))
+    check_length(model, inputs, decode, explicit)
+    outputs = generate(model, inputs, decode, generator=generator).tolist()
+    new = [[t for t in output if t != PAD] for output in outputs]
+    return [p + n for p, n in zip(prompts, new, strict=True)] if task == "lm" else new
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; returns the process exit code."""
