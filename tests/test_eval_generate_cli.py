@@ -194,3 +194,25 @@ def test_python_dash_m_reports_an_error_without_a_traceback(module: str, tmp_pat
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1
     assert "Traceback" not in proc.stderr + proc.stdout
+
+
+@pytest.mark.slow
+def test_the_default_model_learns_to_reverse_a_prompt(tmp_path: Path) -> None:
+    """attnlab-train with the defaults (encoder_decoder on reverse), then attnlab-generate."""
+    env = {**os.environ, "PYTHONPATH": str(Path(attnlab_eval.__file__).parents[1]),
+           "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}  # fmt: skip
+    run_dir = tmp_path / "run"
+
+    def attnlab(command: str, *args: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", f"attnlab.{command}", *args],
+            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=1200,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout
+
+    attnlab("train", "trainer.max_epochs=6", "trainer.enable_progress_bar=false",
+            f"hydra.run.dir={run_dir}")  # fmt: skip
+    assert attnlab("generate", f"run_dir={run_dir}", "prompt=1 2 3 4").strip() == "4 3 2 1"
+    beam = attnlab("generate", f"run_dir={run_dir}", "prompt=3 1 4 1 5 9", "decode.strategy=beam")
+    assert beam.strip() == "9 5 1 4 1 3"
