@@ -5,8 +5,11 @@
     attnlab-eval run_dir=<run> decode.strategy=beam data.batch_size=8 trainer.accelerator=cpu
 
 The run's ``.hydra/config.yaml`` is reused; ``key=value`` overrides go on top.
-Only data, task and a plain Trainer are built (no loggers, no callbacks), so
-nothing in the run directory changes except a new ``eval/<timestamp>_<split>.json``.
+The checkpoint is the run's best one (else ``last.ckpt``) unless ``ckpt_path``
+names one. ``split=test`` (default) runs Lightning's test loop, ``split=val``
+its validation loop; metrics are printed and written to a new
+``<run_dir>/eval/<timestamp>_<split>.json``. Only data, task and a plain
+Trainer are built (no loggers, no callbacks): nothing else in the run changes.
 """
 
 from __future__ import annotations
@@ -131,8 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     try:
         with user_errors():
+            args = list(sys.argv[1:] if argv is None else argv)
+            if {"-h", "--help"} & set(args):
+                print(__doc__)
+                return 0
             try:
-                return run(list(sys.argv[1:] if argv is None else argv))
+                return run(args)
             except OmegaConfBaseException as exc:  # a value the saved config cannot resolve
                 message = " ".join(str(exc).split())
                 raise ConfigError(f"{message}; fix or override that key") from None

@@ -11,6 +11,13 @@ language model continues its prompt (prompt + continuation is printed); a
 seq2seq model (encoder-decoder, or decoder-only reading ``source SEP``)
 transforms it. One line per output; newlines inside an output are written as
 ``\\n`` unless ``raw=true``. Synthetic tasks take space-separated symbols.
+
+Options: ``run_dir`` / ``ckpt_path`` (as attnlab-eval), ``prompt``,
+``prompt_file`` (one prompt per line), ``num_samples`` (sampling only),
+``max_new_tokens``, ``seed`` (default: the run's), ``device`` (default: cuda
+when the run trained on a GPU and one is visible), ``raw``; and ``decode.*``:
+``strategy`` greedy|sample|beam, ``temperature``, ``top_k``, ``top_p``,
+``beam_size``, ``length_penalty`` (default: the run's ``decode`` settings).
 """
 
 from __future__ import annotations
@@ -257,8 +264,12 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     try:
         with user_errors():
+            args = list(sys.argv[1:] if argv is None else argv)
+            if {"-h", "--help"} & set(args):
+                print(__doc__)
+                return 0
             try:
-                return run(list(sys.argv[1:] if argv is None else argv))
+                return run(args)
             except OmegaConfBaseException as exc:  # a value the saved config cannot resolve
                 message = " ".join(str(exc).split())
                 raise ConfigError(f"{message}; fix or override that key") from None
