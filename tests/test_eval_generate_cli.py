@@ -39,10 +39,19 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {
         "decoder_only": train_run(root, "decoder_only", ["model=decoder_only", *SMALL_REVERSE]),
         "encoder_decoder": train_run(root, "encoder_decoder", SMALL_REVERSE),
-        "lm": train_run(root, "lm", [
-            "model=decoder_only", "data=text", f"data.path={text}", "data.block_size=16",
-            "data.eval_blocks=4", "data.samples_per_epoch=16", f"data.cache_dir={root / 'cache'}",
-        ]),  # fmt: skip
+        "lm": train_run(
+            root,
+            "lm",
+            [
+                "model=decoder_only",
+                "data=text",
+                f"data.path={text}",
+                "data.block_size=16",
+                "data.eval_blocks=4",
+                "data.samples_per_epoch=16",
+                f"data.cache_dir={root / 'cache'}",
+            ],
+        ),
     }
 
 

@@ -132,9 +132,7 @@ def exhaustive_best(
         for y in itertools.product(words, repeat=length):
             logp = sum(float(next_logp(y[:i])[y[i]]) for i in range(length))
             if length < max_new:  # ends with EOS
-                score = (logp + float(next_logp(y)[EOS])) / gnmt_length_penalty(
-                    length + 1, alpha
-                )
+                score = (logp + float(next_logp(y)[EOS])) / gnmt_length_penalty(length + 1, alpha)
             else:  # cut at max_new tokens
                 score = logp / gnmt_length_penalty(max_new, alpha)
             if score > best[1]:

@@ -146,5 +146,6 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # user_errors printed one `error: …` line
         return int(exc.code or 0)
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -258,6 +258,7 @@ def complete(
     new = [[t for t in output if t != PAD] for output in outputs]
     return [p + n for p, n in zip(prompts, new, strict=True)] if task == "lm" else new
 
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; returns the process exit code."""
     quiet_environment()
