@@ -14,7 +14,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+torch.set_num_threads(1)  # tiny models: more intra-op threads only add synchronisation
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("ATTNLAB_DATA_ROOT", REPO_ROOT.parent / "shared" / "data"))

@@ -49,6 +49,7 @@ class Stepper:
         else:  # decoder-only: a left-padded prompt, positions counted over real tokens
             self.tokens = inputs
             self.key_real = inputs != PAD
+            self.padded = not bool(self.key_real.all())
             self.positions = (self.key_real.long().cumsum(-1) - 1).clamp(min=0)
             self.prefix_len = (
                 torch.full((inputs.size(0),), inputs.size(1), device=inputs.device)
@@ -61,14 +62,16 @@ class Stepper:
         """Next-token logits (rows, vocab) given every token so far."""
         new = self.tokens[:, self._fed :] if self.use_cache else self.tokens
         if isinstance(self.model, EncoderDecoder):
-            out = self.model.decode(new, self.memory, self.memory_real, cache=self.cache)
+            hidden = self.model.decoder(
+                new, memory=self.memory, memory_real=self.memory_real, cache=self.cache
+            )
         else:
             assert isinstance(self.model, DecoderOnly)
             start = self._fed if self.use_cache else 0
-            key_real = self.key_real[:, start:] if self.key_real is not None else None
-            if key_real is not None and self.use_cache and start > 0:
-                key_real = None  # generated tokens are never padding
-            out = self.model(
+            key_real = None  # no padding among the new tokens: no mask to build
+            if self.padded and not (self.use_cache and start > 0):
+                key_real = self.key_real[:, start:]  # generated tokens are never padding
+            hidden = self.model.hidden(
                 new,
                 positions=self.positions[:, start:],
                 key_real=key_real,
@@ -76,7 +79,7 @@ class Stepper:
                 prefix_len=self.prefix_len,
             )
         self._fed = self.tokens.size(1)
-        return out[:, -1].float()
+        return self.model.lm_head(hidden[:, -1]).float()  # only the last position predicts
 
     def append(self, token: Tensor) -> None:
         self.tokens = torch.cat([self.tokens, token[:, None]], dim=1)

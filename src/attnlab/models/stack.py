@@ -167,17 +167,18 @@ class TransformerStack(nn.Module):
         k_positions, k_real = positions, key_real
         if cache is not None:
             k_positions, k_real = cache.append(positions, key_real)
-        k_index = torch.arange(offset + T, device=tokens.device)
-
-        mask = attention_mask(q_index, k_index, k_real, self.causal, prefix_len)
+        # one new query over an unpadded cache may see every key: no mask to build
+        single_step = cache is not None and offset > 0 and T == 1 and k_real is None
+        mask = None
+        if not single_step:
+            k_index = torch.arange(offset + T, device=tokens.device)
+            mask = attention_mask(q_index, k_index, k_real, self.causal, prefix_len)
         bias = self.positions.bias(positions, k_positions)
         # pure causal self-attention over a fresh sequence: let the fused kernel
         # apply causality itself (flash / memory-efficient path, no (T, T) mask)
         fast_causal = (
             self.causal and offset == 0 and k_real is None and prefix_len is None and bias is None
         )
-        if cache is not None and offset > 0 and T == 1 and k_real is None:
-            mask = None  # one new query may see every earlier key
         inputs = AttentionInputs(
             mask=None if fast_causal else mask,
             bias=bias,

@@ -1,0 +1,226 @@
+"""A trained run on disk: its saved config, its checkpoints, its weights.
+
+``attnlab-eval`` and ``attnlab-generate`` start from a run directory
+(DESIGN.md, "Runs on disk") or from one of its checkpoints. Everything the
+user can get wrong here — a path, a corrupt file, a checkpoint that does not
+fit the config — raises a :class:`CheckpointError` or :class:`ConfigError`
+that names the file and the fix.
+"""
+
+from __future__ import annotations
+
+import pickle
+import zipfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from attnlab.cli.common import register_resolvers
+from attnlab.errors import CheckpointError, ConfigError
+
+CONFIG_FILE = Path(".hydra") / "config.yaml"
+# nodes of the saved config that only Hydra's runtime can resolve (${hydra:…});
+# evaluation and generation build neither loggers nor callbacks
+RUNTIME_ONLY = ("logger", "callbacks", "hydra")
+_ABSENT = object()
+
+
+def parse_arguments(
+    argv: Iterable[str], options: Mapping[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """Split ``key=value`` arguments into this command's ``options`` and config overrides.
+
+    Returns (options with defaults filled in, overrides in command-line order).
+    """
+    values, overrides = dict(options), []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if not sep or not key:
+            raise ConfigError(
+                f"argument '{arg}' is not key=value; write e.g. run_dir=<run directory>"
+            )
+        if key in options:
+            values[key] = value
+        else:
+            overrides.append(arg)
+    return values, overrides
+
+
+def locate_run(run_dir: str | None, ckpt_path: str | None) -> tuple[Path, Path]:
+    """(run directory, checkpoint file) from ``run_dir=`` and/or ``ckpt_path=``.
+
+    Without ``run_dir`` the run is the checkpoint's ``../..``; without
+    ``ckpt_path`` the checkpoint is :func:`default_checkpoint`.
+    """
+    if not run_dir and not ckpt_path:
+        raise CheckpointError(
+            "no run given; pass run_dir=<run directory printed by attnlab-train> "
+            "or ckpt_path=<file.ckpt>"
+        )
+    ckpt = None
+    if ckpt_path:
+        ckpt = Path(ckpt_path).expanduser().absolute()
+        if not ckpt.is_file():
+            raise CheckpointError(
+                f"ckpt_path={ckpt_path}: no such file; pass a .ckpt from <run_dir>/checkpoints/"
+            )
+    run = Path(run_dir).expanduser().absolute() if run_dir else ckpt.parent.parent  # type: ignore[union-attr]
+    if not run.is_dir():
+        raise CheckpointError(
+            f"run_dir={run_dir}: no such directory; pass the run directory printed by "
+            "attnlab-train (logs/<task_name>/runs/<timestamp>_<id>)"
+        )
+    if not (run / CONFIG_FILE).is_file():
+        hint = " or add run_dir=<the run that wrote it>" if ckpt_path and not run_dir else ""
+        raise CheckpointError(
+            f"{run / CONFIG_FILE} is missing, so {run} is not an attnlab run directory; "
+            f"pass the run directory printed by attnlab-train{hint}"
+        )
+    return run, ckpt or default_checkpoint(run)
+
+
+def default_checkpoint(run_dir: Path) -> Path:
+    """The run's best checkpoint (not last.ckpt) when there is one, else last.ckpt."""
+    folder = run_dir / "checkpoints"
+    best = sorted(
+        (p for p in folder.glob("*.ckpt") if not p.name.startswith("last")),
+        key=lambda p: p.stat().st_mtime,
+    )
+    if len(best) > 1:  # save_top_k > 1: ask the newest which one ModelCheckpoint ranked first
+        recorded = _recorded_best(best[-1])
+        return next((p for p in best if p.name == recorded), best[-1])
+    if best:
+        return best[0]
+    if (folder / "last.ckpt").is_file():
+        return folder / "last.ckpt"
+    raise CheckpointError(
+        f"no checkpoint in {folder}; let the run finish at least one epoch, "
+        "or pass ckpt_path=<file.ckpt>"
+    )
+
+
+def _recorded_best(path: Path) -> str | None:
+    """File name of ``best_model_path`` in a checkpoint's ModelCheckpoint state."""
+    import torch
+
+    try:
+        states = torch.load(path, map_location="cpu", weights_only=True, mmap=True)["callbacks"]
+    except Exception:  # unreadable: the caller falls back to the newest file
+        return None
+    for name, state in states.items():
+        if "ModelCheckpoint" in str(name) and state.get("best_model_path"):
+            return Path(state["best_model_path"]).name
+    return None
+
+
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """Load a Lightning checkpoint on the CPU; a corrupt or foreign file is a CheckpointError."""
+    import torch
+
+    try:
+        try:
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError:
+            if not zipfile.is_zipfile(path):
+                raise
+            # a well-formed checkpoint holding objects beyond tensors and containers:
+            # the user's own run, loaded as `attnlab-train` itself loads it
+            checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:
+        if not zipfile.is_zipfile(path):
+            reason = "not a complete PyTorch checkpoint archive"
+        else:
+            reason = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:120]}"
+        raise CheckpointError(
+            f"{path} is corrupt or truncated ({reason}); pass another file from its "
+            "checkpoints/ folder (e.g. last.ckpt) or train again"
+        ) from None
+    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
+        raise CheckpointError(
+            f"{path} holds no state_dict, so it was not written by attnlab-train; "
+            "pass a .ckpt from <run_dir>/checkpoints/"
+        )
+    return checkpoint
+
+
+def load_weights(
+    module: Any, state: Mapping[str, Any], path: Path, saved_model: Mapping[str, Any] | None,
+    model: Mapping[str, Any],
+) -> None:  # fmt: skip
+    """``module.load_state_dict(state)``, or a CheckpointError naming what differs.
+
+    ``saved_model`` / ``model``: the ``model.*`` settings the checkpoint was
+    trained with and those of the config in use, to name the culprit key.
+    """
+    own = module.state_dict()
+    shapes = [
+        f"{k}: {tuple(v.shape)} in the file, {tuple(own[k].shape)} in the config"
+        for k, v in state.items()
+        if k in own and hasattr(v, "shape") and tuple(v.shape) != tuple(own[k].shape)
+    ]
+    missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
+    if not (shapes or missing or unexpected):
+        module.load_state_dict(state)
+        return
+    settings = [
+        f"model.{k}={saved_model[k]} in the checkpoint, {model.get(k)} in the config"
+        for k in sorted(saved_model or {})
+        if saved_model[k] != model.get(k, _ABSENT)  # type: ignore[index]
+    ]
+    detail = "; ".join(
+        settings[:3] or shapes[:1] or [f"missing {missing[:1]}, unexpected {unexpected[:1]}"]
+    )
+    raise CheckpointError(
+        f"{path} holds a model of another shape ({detail}); evaluate it with the config it "
+        "was trained with: drop model.* overrides, or pass run_dir=<the run that wrote it>"
+    )
+
+
+def load_run_config(run_dir: Path, overrides: Iterable[str]) -> DictConfig:
+    """The run's saved ``.hydra/config.yaml`` with ``key=value`` overrides merged on top.
+
+    An override must name a key the saved config has (``+key=value`` adds one),
+    and may not replace a whole group (``data=copy``): evaluation reuses the run.
+    """
+    register_resolvers()
+    path = run_dir / CONFIG_FILE
+    try:
+        cfg = OmegaConf.load(path)
+    except (OSError, OmegaConfBaseException, ValueError) as exc:
+        reason = " ".join(str(exc).split())
+        raise CheckpointError(f"{path} is not a readable config ({reason}); restore it") from None
+    if not isinstance(cfg, DictConfig):
+        raise CheckpointError(f"{path} is not a config mapping; restore it or retrain")
+    for key in RUNTIME_ONLY:
+        cfg.pop(key, None)
+    for override in overrides:
+        key, _, value = override.partition("=")
+        adding = key.startswith("+")
+        key = key.lstrip("+")
+        current = OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=False)
+        if current is _ABSENT and not adding:
+            raise ConfigError(
+                f"{key} is not a key of {path}; check the spelling (or write +{key}=… to add it)"
+            )
+        if isinstance(current, DictConfig):
+            raise ConfigError(
+                f"{override} would replace the whole '{key}' group of the run's config; "
+                f"override single keys instead, e.g. {key}.<name>=<value>"
+            )
+        try:
+            cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([f"{key}={value}"]))
+        except OmegaConfBaseException as exc:
+            raise ConfigError(f"{override}: {' '.join(str(exc).split())}") from None
+    return cfg  # type: ignore[return-value]
+
+
+def resolved(cfg: DictConfig, key: str) -> Any:
+    """``cfg.<key>`` as plain Python, interpolations resolved; a failure names the key."""
+    try:
+        node = OmegaConf.select(cfg, key)
+        return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{key} cannot be resolved: {' '.join(str(exc).split())}") from None

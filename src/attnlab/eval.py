@@ -1,0 +1,151 @@
+"""``attnlab-eval``: evaluate a checkpoint with the config of the run that wrote it.
+
+    attnlab-eval run_dir=logs/train/runs/<run>                  # best checkpoint, test split
+    attnlab-eval ckpt_path=<run>/checkpoints/last.ckpt split=val
+    attnlab-eval run_dir=<run> decode.strategy=beam data.batch_size=8 trainer.accelerator=cpu
+
+The run's ``.hydra/config.yaml`` is reused; ``key=value`` overrides go on top.
+The checkpoint is the run's best one (else ``last.ckpt``) unless ``ckpt_path``
+names one. ``split=test`` (default) runs Lightning's test loop, ``split=val``
+its validation loop; metrics are printed and written to a new
+``<run_dir>/eval/<timestamp>_<split>.json``. Only data, task and a plain
+Trainer are built (no loggers, no callbacks): nothing else in the run changes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from omegaconf.errors import OmegaConfBaseException
+
+from attnlab.cli.common import quiet_environment, user_errors
+from attnlab.errors import ConfigError
+
+OPTIONS = {"run_dir": None, "ckpt_path": None, "split": "test"}
+SPLITS = ("val", "test")
+
+
+def build_trainer(cfg: Any, overrides: list[str], split: str) -> Any:
+    """A Trainer with the run's accelerator and precision, on one device by default.
+
+    One device keeps every example counted once (a distributed sampler pads the
+    last batch); ``trainer.devices=N`` on the command line asks for more.
+    """
+    import lightning as L
+
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no device banners
+    trainer_cfg = cfg.get("trainer") or {}
+    asked = {o.partition("=")[0].lstrip("+") for o in overrides}
+    options = {
+        "accelerator": trainer_cfg.get("accelerator", "auto"),
+        "devices": trainer_cfg.get("devices", 1) if "trainer.devices" in asked else 1,
+        "precision": trainer_cfg.get("precision", "32-true"),
+    }
+    limit = f"limit_{split}_batches"
+    try:
+        return L.Trainer(
+            **options,
+            **({limit: trainer_cfg[limit]} if trainer_cfg.get(limit) is not None else {}),
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
+    except Exception as exc:  # MisconfigurationException, ValueError: no such device/precision
+        settings = " ".join(f"trainer.{k}={v}" for k, v in options.items())
+        raise ConfigError(
+            f"{settings} cannot run here ({' '.join(str(exc).split())}); "
+            "override them, e.g. trainer.accelerator=cpu trainer.precision=32-true"
+        ) from None
+
+
+def evaluate(cfg: Any, ckpt: Path, split: str, overrides: list[str]) -> dict[str, float]:
+    """Load the checkpoint into the run's task and run the ``split`` loop; return its metrics."""
+    import lightning as L
+
+    from attnlab.cli import pipeline
+    from attnlab.cli.checkpoints import load_weights, read_checkpoint
+
+    checkpoint = read_checkpoint(ckpt)  # a broken file or device fails before data loads
+    trainer = build_trainer(cfg, overrides, split)
+    pipeline.check_config(cfg)
+    L.seed_everything(int(cfg.seed), verbose=False)
+    datamodule = pipeline.build_data(cfg)
+    task = pipeline.build_task(cfg, datamodule)
+    saved = (checkpoint.get("hyper_parameters") or {}).get("model")
+    load_weights(task, checkpoint["state_dict"], ckpt, saved, dict(task.hparams.model))
+    run = trainer.validate if split == "val" else trainer.test
+    run(task, datamodule=datamodule, verbose=False)
+    metrics = pipeline.scalar_metrics(trainer.callback_metrics)
+    return {k: v for k, v in sorted(metrics.items()) if k.startswith(f"{split}/")}
+
+
+def write_result(run_dir: Path, record: dict[str, Any], split: str) -> Path:
+    """A new ``<run_dir>/eval/<timestamp>_<split>.json``; an existing file is never replaced."""
+    folder = run_dir / "eval"
+    folder.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    for n in range(1, 1000):
+        path = folder / (f"{stamp}_{split}.json" if n == 1 else f"{stamp}-{n}_{split}.json")
+        try:
+            with path.open("x", encoding="utf-8") as f:
+                json.dump(record, f, indent=2)
+                f.write("\n")
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{folder}: too many evaluations within one second")
+
+
+def run(argv: list[str]) -> int:
+    from attnlab.cli.checkpoints import load_run_config, locate_run, parse_arguments
+
+    options, overrides = parse_arguments(argv, OPTIONS)
+    split = str(options["split"])
+    if split not in SPLITS:
+        raise ConfigError(f"split={split} is not valid; use split=val or split=test")
+    run_dir, ckpt = locate_run(options["run_dir"], options["ckpt_path"])
+    cfg = load_run_config(run_dir, overrides)
+    print(f"checkpoint: {ckpt}", flush=True)
+    metrics = evaluate(cfg, ckpt, split, overrides)
+    record = {
+        "run_dir": str(run_dir), "checkpoint": str(ckpt), "split": split,
+        "overrides": overrides, "metrics": metrics,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }  # fmt: skip
+    path = write_result(run_dir, record, split)
+    width = max((len(k) for k in metrics), default=0)
+    for key, value in metrics.items():
+        print(f"{key:<{width}}  {value:.6g}")
+    print(f"results:    {path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point; returns the process exit code."""
+    quiet_environment()
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    try:
+        with user_errors():
+            args = list(sys.argv[1:] if argv is None else argv)
+            if {"-h", "--help"} & set(args):
+                print(__doc__)
+                return 0
+            try:
+                return run(args)
+            except OmegaConfBaseException as exc:  # a value the saved config cannot resolve
+                message = " ".join(str(exc).split())
+                raise ConfigError(f"{message}; fix or override that key") from None
+    except SystemExit as exc:  # user_errors printed one `error: …` line
+        return int(exc.code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

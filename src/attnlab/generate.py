@@ -1,0 +1,282 @@
+"""``attnlab-generate``: sample or translate with a trained model.
+
+    attnlab-generate ckpt_path=<run>/checkpoints/last.ckpt prompt="1 2 3 4"       # → 4 3 2 1
+    attnlab-generate run_dir=<run> prompt="ROMEO:" max_new_tokens=200 \\
+        decode.strategy=sample decode.temperature=0.8 decode.top_k=20 num_samples=3 seed=1
+    attnlab-generate run_dir=<run> prompt_file=sources.txt decode.strategy=beam decode.beam_size=5
+
+The model comes from the run's ``.hydra/config.yaml`` and the checkpoint, the
+tokenizer from ``<run_dir>/tokenizer.json``: no data files are needed. A
+language model continues its prompt (prompt + continuation is printed); a
+seq2seq model (encoder-decoder, or decoder-only reading ``source SEP``)
+transforms it. One line per output; newlines inside an output are written as
+``\\n`` unless ``raw=true``. Synthetic tasks take space-separated symbols.
+
+Options: ``run_dir`` / ``ckpt_path`` (as attnlab-eval), ``prompt``,
+``prompt_file`` (one prompt per line), ``num_samples`` (sampling only),
+``max_new_tokens``, ``seed`` (default: the run's), ``device`` (default: cuda
+when the run trained on a GPU and one is visible), ``raw``; and ``decode.*``:
+``strategy`` greedy|sample|beam, ``temperature``, ``top_k``, ``top_p``,
+``beam_size``, ``length_penalty`` (default: the run's ``decode`` settings).
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from omegaconf.errors import OmegaConfBaseException
+
+from attnlab.cli.common import quiet_environment, user_errors
+from attnlab.errors import ConfigError
+
+OPTIONS: dict[str, Any] = {
+    "run_dir": None, "ckpt_path": None, "prompt": None, "prompt_file": None, "num_samples": "1",
+    "max_new_tokens": None, "seed": None, "device": None, "raw": "false",
+}  # fmt: skip
+ROWS_PER_BATCH = 64
+
+
+def _integer(name: str, value: Any, minimum: int) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = minimum - 1
+    if number < minimum:
+        raise ConfigError(f"{name}={value} must be an integer >= {minimum}")
+    return number
+
+
+def read_prompts(prompt: str | None, prompt_file: str | None) -> list[str]:
+    """``prompt`` and/or the non-empty lines of ``prompt_file``, in that order."""
+    prompts = [prompt] if prompt is not None else []
+    if prompt_file is not None:
+        path = Path(prompt_file).expanduser()
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(
+                f"prompt_file={prompt_file} cannot be read ({exc.__class__.__name__}); "
+                "give a UTF-8 text file with one prompt per line"
+            ) from None
+        prompts += [line for line in lines if line.strip()]
+    if not prompts:
+        raise ConfigError('no prompt; pass prompt="…" or prompt_file=<file with one per line>')
+    if any(not p.strip() for p in prompts):
+        raise ConfigError('prompt is empty; pass prompt="…" with at least one token')
+    return prompts
+
+
+def decode_config(cfg: Any, options: dict[str, Any]) -> Any:
+    """``decode.*`` of the run with the command line on top, checked."""
+    from attnlab.cli.checkpoints import resolved
+    from attnlab.models.generation import STRATEGIES, DecodeConfig
+
+    values = dict(resolved(cfg, "decode") or {})
+    if options["max_new_tokens"] is not None:
+        values["max_new_tokens"] = _integer("max_new_tokens", options["max_new_tokens"], 1)
+    unknown = sorted(set(values) - set(asdict(DecodeConfig())))
+    if unknown:
+        raise ConfigError(f"decode.{unknown[0]} is not a decode key; use one of: "
+                          f"{', '.join(asdict(DecodeConfig()))}")  # fmt: skip
+    decode = DecodeConfig(**values)
+    if decode.strategy not in STRATEGIES:
+        raise ConfigError(
+            f"decode.strategy={decode.strategy} is not valid; use one of: {', '.join(STRATEGIES)}"
+        )
+    rules = {
+        "temperature": (lambda v: float(v) > 0, "a number > 0"),
+        "top_k": (lambda v: v is None or int(v) >= 1, "an integer >= 1 (or null)"),
+        "top_p": (lambda v: v is None or 0 < float(v) <= 1, "a number in (0, 1] (or null)"),
+        "beam_size": (lambda v: int(v) >= 1, "an integer >= 1"),
+        "length_penalty": (lambda v: float(v) >= 0, "a number >= 0"),
+    }
+    for key, (ok, rule) in rules.items():
+        value = getattr(decode, key)
+        try:
+            valid = isinstance(value, int | float | type(None)) and ok(value)
+        except (TypeError, ValueError):
+            valid = False
+        if not valid:
+            raise ConfigError(f"decode.{key}={value} must be {rule}")
+    return decode
+
+
+def task_of(cfg: Any) -> str:
+    """``seq2seq``, ``lm`` or ``classification``: asked of the data module, which loads nothing."""
+    from attnlab.cli import pipeline
+
+    return str(pipeline.build(cfg.data, "data").task)
+
+
+def load_model(cfg: Any, ckpt: Path, vocab_size: int, device: str) -> Any:
+    """The run's architecture with the checkpoint's weights, in eval mode on ``device``."""
+    from attnlab.cli.checkpoints import load_weights, read_checkpoint, resolved
+    from attnlab.models import ModelConfig, build_model
+
+    settings = {**(resolved(cfg, "model") or {}), "vocab_size": vocab_size}
+    model_cfg = ModelConfig.from_dict(settings)
+    checkpoint = read_checkpoint(ckpt)
+    # the task's state_dict holds the model under "model."; other entries are task metrics
+    state = {
+        k.removeprefix("model."): v
+        for k, v in checkpoint["state_dict"].items()
+        if k.startswith("model.")
+    }
+    model = build_model(model_cfg)
+    saved = (checkpoint.get("hyper_parameters") or {}).get("model")
+    load_weights(model, state, ckpt, saved, model_cfg.to_dict())
+    return model.eval().to(device)
+
+
+def pick_device(cfg: Any, asked: str | None) -> str:
+    import torch
+
+    if asked:
+        if asked.startswith("cuda") and not torch.cuda.is_available():
+            raise ConfigError(f"device={asked} but no GPU is visible; use device=cpu")
+        return asked
+    accelerator = str((cfg.get("trainer") or {}).get("accelerator", "cpu"))
+    gpu = accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available()
+    return "cuda" if gpu else "cpu"
+
+
+def batch_inputs(model: Any, task: str, prompts: list[list[int]], device: str) -> Any:
+    """Token ids of a batch of prompts laid out as the architecture reads them."""
+    import torch
+
+    from attnlab.data.base import PAD
+    from attnlab.models import EncoderDecoder
+    from attnlab.tasks.seq2seq import left_pad_prompts
+
+    width = max(len(p) for p in prompts)
+    right = torch.full((len(prompts), width), PAD, dtype=torch.long)
+    for i, ids in enumerate(prompts):
+        right[i, : len(ids)] = torch.tensor(ids)
+    if isinstance(model, EncoderDecoder):
+        return right.to(device)  # the encoder reads the source, right-padded
+    if task == "seq2seq":
+        return left_pad_prompts(right).to(device)  # PAD… source SEP, as in training
+    left = torch.full_like(right, PAD)  # a language model continues from the last token
+    for i, ids in enumerate(prompts):
+        left[i, width - len(ids) :] = torch.tensor(ids)
+    return left.to(device)
+
+
+def check_length(model: Any, inputs: Any, decode: Any, explicit: bool) -> None:
+    """Learned position tables end at model.max_len: keep prompt + output inside it."""
+    from attnlab.models import EncoderDecoder
+
+    cfg = model.cfg
+    if cfg.pos != "learned":
+        return
+    used = 1 if isinstance(model, EncoderDecoder) else inputs.size(1)  # BOS, or the prompt
+    if inputs.size(1) > cfg.max_len:
+        raise ConfigError(
+            f"a prompt has {inputs.size(1)} tokens, more than model.max_len={cfg.max_len}; "
+            "shorten it"
+        )
+    room = cfg.max_len - used
+    wanted = decode.max_new_tokens or inputs.size(1) + 50
+    if wanted > room:
+        if explicit:
+            raise ConfigError(
+                f"max_new_tokens={wanted} does not fit model.max_len={cfg.max_len} after a "
+                f"{used}-token prompt; use max_new_tokens<={room}"
+            )
+        decode.max_new_tokens = room
+
+
+def run(argv: list[str]) -> int:
+    from attnlab.cli.checkpoints import load_run_config, locate_run, parse_arguments
+
+    options, overrides = parse_arguments(argv, OPTIONS)
+    other = [o for o in overrides if not o.lstrip("+").startswith("decode.")]
+    if other:
+        raise ConfigError(
+            f"'{other[0]}' is not an attnlab-generate option; use decode.*=…, "
+            f"{', '.join(f'{k}=' for k in OPTIONS)}"
+        )
+    num_samples = _integer("num_samples", options["num_samples"], 1)
+    prompts = read_prompts(options["prompt"], options["prompt_file"])
+    run_dir, ckpt = locate_run(options["run_dir"], options["ckpt_path"])
+    cfg = load_run_config(run_dir, overrides)
+    decode = decode_config(cfg, options)
+    if num_samples > 1 and decode.strategy != "sample":
+        raise ConfigError(
+            f"num_samples={num_samples} needs decode.strategy=sample; "
+            f"{decode.strategy} decoding returns one output per prompt"
+        )
+    if str(cfg.model.get("name")) == "encoder_only":
+        raise ConfigError(
+            f"{run_dir} holds an encoder-only model (model=encoder_only), which has no decoder "
+            "to generate with; use attnlab-eval for its metrics, or train model=decoder_only "
+            "or model=encoder_decoder"
+        )
+    task = task_of(cfg)
+    if task == "classification":
+        raise ConfigError(
+            f"{run_dir} is a classification run: it predicts labels, not text; "
+            "use attnlab-eval for its metrics"
+        )
+    import torch  # the paths and options are fine: now load what generation needs
+
+    from attnlab.data.tokenizers import load_tokenizer
+
+    tokenizer = load_tokenizer(run_dir / "tokenizer.json")
+    device = pick_device(cfg, options["device"])
+    model = load_model(cfg, ckpt, tokenizer.vocab_size, device)
+    seed = _integer("seed", options["seed"], 0) if options["seed"] is not None else int(cfg.seed)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    raw = str(options["raw"]).lower() in ("1", "true", "yes")
+    encoded = [tokenizer.encode(p) for p in prompts for _ in range(num_samples)]
+    if any(not ids for ids in encoded):
+        raise ConfigError("a prompt encodes to no tokens; give text the tokenizer knows")
+    explicit = options["max_new_tokens"] is not None
+    for start in range(0, len(encoded), ROWS_PER_BATCH):
+        batch = encoded[start : start + ROWS_PER_BATCH]
+        for ids in complete(model, task, batch, decode, explicit, generator):
+            text = tokenizer.decode(ids)
+            print(text if raw else text.replace("\r", "\\r").replace("\n", "\\n"), flush=True)
+    return 0
+
+
+def complete(
+    model: Any, task: str, prompts: list[list[int]], decode: Any, explicit: bool, generator: Any
+) -> list[list[int]]:
+    """Token ids to print per prompt: prompt + continuation (LM) or the output (seq2seq)."""
+    from attnlab.data.base import PAD
+    from attnlab.models.generation import generate
+
+    device = next(model.parameters()).device
+    inputs = batch_inputs(model, task, prompts, str(device))
+    check_length(model, inputs, decode, explicit)
+    outputs = generate(model, inputs, decode, generator=generator).tolist()
+    new = [[t for t in output if t != PAD] for output in outputs]
+    return [p + n for p, n in zip(prompts, new, strict=True)] if task == "lm" else new
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point; returns the process exit code."""
+    quiet_environment()
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    try:
+        with user_errors():
+            args = list(sys.argv[1:] if argv is None else argv)
+            if {"-h", "--help"} & set(args):
+                print(__doc__)
+                return 0
+            try:
+                return run(args)
+            except OmegaConfBaseException as exc:  # a value the saved config cannot resolve
+                message = " ".join(str(exc).split())
+                raise ConfigError(f"{message}; fix or override that key") from None
+    except SystemExit as exc:  # user_errors printed one `error: …` line
+        return int(exc.code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

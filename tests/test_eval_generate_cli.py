@@ -1,0 +1,227 @@
+"""attnlab-eval and attnlab-generate on runs trained by attnlab-train (tiny, one epoch)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnlab import eval as attnlab_eval
+from attnlab import generate as attnlab_generate
+from attnlab import train as attnlab_train
+from attnlab.cli.checkpoints import default_checkpoint
+from composed_runs import TINY_MODEL, compose_run
+
+ONE_EPOCH = [
+    "trainer.max_epochs=1", "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1",
+    "data.batch_size=8",
+]  # fmt: skip
+SMALL_REVERSE = ["data=reverse", "data.train_size=32", "data.val_size=8", "data.test_size=8"]
+
+
+def train_run(root: Path, name: str, overrides: list[str]) -> Path:
+    """``attnlab-train`` in this process; returns the run directory."""
+    run_dir = root / name
+    code = attnlab_train.main([*TINY_MODEL, *ONE_EPOCH, *overrides, f"hydra.run.dir={run_dir}"])
+    assert code == 0 and (run_dir / "checkpoints" / "last.ckpt").is_file()
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("runs")
+    text = root / "text.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog.\n" * 40)
+    return {
+        "decoder_only": train_run(root, "decoder_only", ["model=decoder_only", *SMALL_REVERSE]),
+        "encoder_decoder": train_run(root, "encoder_decoder", SMALL_REVERSE),
+        "lm": train_run(
+            root,
+            "lm",
+            [
+                "model=decoder_only",
+                "data=text",
+                f"data.path={text}",
+                "data.block_size=16",
+                "data.eval_blocks=4",
+                "data.samples_per_epoch=16",
+                f"data.cache_dir={root / 'cache'}",
+            ],
+        ),
+    }
+
+
+def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+def test_eval_prints_metrics_and_writes_a_new_json_each_time(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = runs["decoder_only"]
+    assert attnlab_eval.main([f"run_dir={run_dir}"]) == 0
+    out = capsys.readouterr().out
+    assert "test/loss" in out and "test/exact_match" in out
+    first = list((run_dir / "eval").glob("*_test.json"))
+    assert len(first) == 1
+    saved = first[0].read_text()
+    assert attnlab_eval.main([f"run_dir={run_dir}"]) == 0
+    assert len(list((run_dir / "eval").glob("*_test.json"))) == 2
+    assert first[0].read_text() == saved  # never overwritten
+    record = json.loads(saved)
+    assert record["split"] == "test" and record["metrics"]["test/loss"] > 0
+    assert Path(record["checkpoint"]).name.startswith("best")
+
+
+def test_eval_of_the_validation_split_with_overrides_reports_val_metrics(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = runs["encoder_decoder"]
+    ckpt = run_dir / "checkpoints" / "last.ckpt"
+    args = [f"ckpt_path={ckpt}", "split=val", "decode.strategy=beam", "data.batch_size=4"]
+    assert attnlab_eval.main(args) == 0
+    out = capsys.readouterr().out
+    assert "val/exact_match" in out and "test/" not in out
+    (record,) = [json.loads(p.read_text()) for p in (run_dir / "eval").glob("*_val.json")]
+    assert record["checkpoint"] == str(ckpt)
+    assert "decode.strategy=beam" in record["overrides"]
+
+
+def test_the_default_checkpoint_is_the_best_not_the_last(runs: dict[str, Path]) -> None:
+    assert default_checkpoint(runs["decoder_only"]).name.startswith("best")
+
+
+def test_generate_prints_one_line_per_output(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("1 2 3\n\n4 5 6 7\n")
+    for name in ("decoder_only", "encoder_decoder"):
+        args = [f"run_dir={runs[name]}", f"prompt_file={prompts}", "decode.strategy=sample",
+                "num_samples=3", "max_new_tokens=6", "seed=1"]  # fmt: skip
+        assert attnlab_generate.main(args) == 0
+        lines = capsys.readouterr().out.split("\n")[:-1]
+        assert len(lines) == 2 * 3
+        symbols = set("0123456789 ")
+        assert all(set(line) <= symbols and len(line.split()) <= 6 for line in lines)
+
+
+def test_generate_with_beam_search_gives_one_line_per_prompt(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    ckpt = runs["encoder_decoder"] / "checkpoints" / "last.ckpt"
+    args = [f"ckpt_path={ckpt}", "prompt=1 2 3 4", "decode.strategy=beam", "decode.beam_size=3"]
+    assert attnlab_generate.main(args) == 0
+    assert len(capsys.readouterr().out.split("\n")[:-1]) == 1
+
+
+def test_a_language_model_continues_its_prompt(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [f"run_dir={runs['lm']}", "prompt=the quick", "max_new_tokens=12"]
+    assert attnlab_generate.main(args) == 0
+    (line,) = capsys.readouterr().out.split("\n")[:-1]
+    assert line.startswith("the quick") and len(line) > len("the quick")
+
+
+def test_eval_of_a_corrupt_checkpoint_is_one_error_line(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    last = runs["decoder_only"] / "checkpoints" / "last.ckpt"
+    random_bytes, truncated = tmp_path / "random.ckpt", tmp_path / "truncated.ckpt"
+    random_bytes.write_bytes(os.urandom(2048))
+    truncated.write_bytes(last.read_bytes()[:4096])
+    for ckpt in (random_bytes, truncated):
+        args = [f"run_dir={runs['decoder_only']}", f"ckpt_path={ckpt}"]
+        assert attnlab_eval.main(args) == 2
+        assert str(ckpt) in one_error_line(capsys)
+        assert attnlab_generate.main([*args, "prompt=1 2"]) == 2
+        assert str(ckpt) in one_error_line(capsys)
+
+
+def test_eval_of_a_checkpoint_from_a_model_of_another_shape_names_the_key(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert attnlab_eval.main([f"run_dir={runs['decoder_only']}", "model.d_model=32"]) == 2
+    line = one_error_line(capsys)
+    assert "another shape" in line and "model.d_model" in line
+
+
+@pytest.mark.parametrize("command", [attnlab_eval.main, attnlab_generate.main])
+def test_a_missing_run_directory_is_one_error_line(
+    command: object, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert command([f"run_dir={tmp_path / 'nowhere'}", "prompt=1"]) == 2  # type: ignore[operator]
+    assert "nowhere" in one_error_line(capsys)
+
+
+def test_a_directory_without_a_saved_config_is_one_error_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert attnlab_eval.main([f"run_dir={tmp_path}"]) == 2
+    assert ".hydra/config.yaml" in one_error_line(capsys)
+
+
+def test_a_run_without_checkpoints_is_one_error_line(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "config.yaml").write_bytes(
+        (runs["decoder_only"] / ".hydra" / "config.yaml").read_bytes()
+    )
+    assert attnlab_eval.main([f"run_dir={tmp_path}"]) == 2
+    assert "no checkpoint" in one_error_line(capsys)
+
+
+def test_generate_with_an_encoder_only_model_is_one_error_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from omegaconf import OmegaConf
+
+    cfg = compose_run(["model=encoder_only", "data=majority"], tmp_path)
+    (tmp_path / ".hydra").mkdir()
+    OmegaConf.save({k: v for k, v in cfg.items() if k != "hydra"}, tmp_path / ".hydra/config.yaml")
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"not read")
+    assert attnlab_generate.main([f"run_dir={tmp_path}", "prompt=1 2 3"]) == 2
+    assert "encoder-only" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("module", ["attnlab.eval", "attnlab.generate"])
+def test_python_dash_m_reports_an_error_without_a_traceback(module: str, tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(attnlab_eval.__file__).parents[1])}
+    proc = subprocess.run(
+        [sys.executable, "-m", module, f"run_dir={tmp_path / 'nowhere'}", "prompt=1"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in proc.stderr + proc.stdout
+
+
+@pytest.mark.slow
+def test_the_default_model_learns_to_reverse_a_prompt(tmp_path: Path) -> None:
+    """attnlab-train with the defaults (encoder_decoder on reverse), then attnlab-generate."""
+    env = {**os.environ, "PYTHONPATH": str(Path(attnlab_eval.__file__).parents[1]),
+           "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}  # fmt: skip
+    run_dir = tmp_path / "run"
+
+    def attnlab(command: str, *args: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", f"attnlab.{command}", *args],
+            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=1200,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout
+
+    attnlab("train", "trainer.max_epochs=6", "trainer.enable_progress_bar=false",
+            f"hydra.run.dir={run_dir}")  # fmt: skip
+    assert attnlab("generate", f"run_dir={run_dir}", "prompt=1 2 3 4").strip() == "4 3 2 1"
+    beam = attnlab("generate", f"run_dir={run_dir}", "prompt=3 1 4 1 5 9", "decode.strategy=beam")
+    assert beam.strip() == "9 5 1 4 1 3"
