@@ -14,7 +14,7 @@ from attnlab.cli.common import config_dir, register_resolvers
 
 # one train/val/test batch of a small data set, no optional callbacks
 FAST_DEV_RUN = [
-    "+trainer.fast_dev_run=true", "trainer.enable_progress_bar=false",
+    "trainer.fast_dev_run=true", "trainer.enable_progress_bar=false",
     "data.train_size=64", "data.val_size=16", "data.test_size=16", "callbacks=none",
 ]  # fmt: skip
 TINY_MODEL = ["model.d_model=16", "model.n_heads=2", "model.n_layers=1"]

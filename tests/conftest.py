@@ -28,45 +28,13 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
-def compose(overrides: list[str], run_dir: Path):  # noqa: ANN201 (DictConfig)
-    """The real Hydra config for ``overrides``, as a run in ``run_dir`` would see it."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import open_dict
-
-    from attnlab.cli.common import config_dir, register_resolvers
-
-    register_resolvers()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        cfg = hydra_compose("config", overrides=overrides, return_hydra_config=True)
-    GlobalHydra.instance().clear()
-    with open_dict(cfg):
-        cfg.hydra.runtime.output_dir = str(run_dir)
-        cfg.hydra.job.num = 0
-    HydraConfig.instance().set_config(cfg)
-    return cfg
-
-
-FAST = [
-    "trainer.fast_dev_run=true",
-    "trainer.enable_progress_bar=false",
-    "data.train_size=64",
-    "data.val_size=16",
-    "data.test_size=16",
-    "model.d_model=32",
-]
-
 
 @pytest.fixture
 def fast_run(tmp_path: Path):  # noqa: ANN201
-    """Train one fast_dev_run through the real configs; returns train()'s result."""
-    from attnlab.train import train
+    """Train one fast_dev_run of a tiny model through the real configs; returns train()'s result."""
+    from composed_runs import train_fast
 
     def run(*overrides: str) -> dict:
-        cfg = compose([*FAST, *overrides], tmp_path)
-        return train(cfg, tmp_path)
+        return train_fast(list(overrides), tmp_path / "run")
 
     return run

@@ -46,6 +46,7 @@ class SymbolTokenizer:
     def save(self, path: str | Path) -> None:
         import json
 
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps({"kind": "symbols", "symbols": self.symbols}))
 
 
