@@ -63,6 +63,7 @@ def make_pair(kind: str, rng: np.random.Generator, n_symbols: int, min_len: int,
     src = rng.integers(0, n_symbols, size=length).tolist()
     transform: dict[str, Callable[[list[int]], list[int]]] = {
         "copy": lambda x: list(x),
+        "majority": lambda x: list(x),  # the label is computed from the source
         "reverse": lambda x: x[::-1],
         "sort": sorted,
     }
