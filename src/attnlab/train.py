@@ -16,6 +16,10 @@ from attnlab.cli.common import config_dir, fail, quiet_environment, register_res
 
 HYDRA_FLAGS_WITHOUT_CHECK = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--shell-completion")
 
+# Jobs of a joblib or submitit sweep run in other processes, which import this module to
+# unpickle run_job; the config's resolvers must exist there before Hydra resolves it.
+register_resolvers()
+
 
 def run_job(cfg: Any) -> float | None:
     """One training run inside Hydra: always leaves summary.json in the run directory."""
@@ -45,7 +49,8 @@ def run_job(cfg: Any) -> float | None:
         if not multirun:
             _finish(write_summary, run_dir, result, overrides, config, started)
             fail(str(exc))
-    except Exception as exc:  # a crash (OOM, NaN, bug) is recorded, not hidden
+        print(f"error: job {hydra_cfg.job.num}: {' '.join(str(exc).split())}", file=sys.stderr)
+    except Exception as exc:  # a crash (OOM, bug) is recorded, not hidden
         result["error"] = f"{type(exc).__name__}: {exc}"
         if not multirun:
             _finish(write_summary, run_dir, result, overrides, config, started)
@@ -61,8 +66,11 @@ def run_job(cfg: Any) -> float | None:
         hint = sync_hint(run_dir)
         if hint:
             print(f"W&B (offline): {hint}")
+    # For search sweepers (Optuna); None marks a failed trial, and the study goes on.
     value = result["metrics"].get(str(cfg.get("optimized_metric", "val/loss")))
-    return float(value) if value is not None else None
+    if result["status"] != "completed" or value is None or value != value:
+        return None
+    return float(value)
 
 
 def _finish(write_summary: Any, run_dir: Path, result: dict[str, Any], overrides: list[str],
@@ -153,4 +161,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the importable attnlab.train, not this __main__ copy, so that run_job pickles by
+    # reference into joblib/submitit workers (which then import the module and its resolvers).
+    from attnlab.train import main as entry_point
+
+    sys.exit(entry_point())
