@@ -14,7 +14,9 @@ from typing import Any
 
 from attnlab.cli.common import config_dir, fail, quiet_environment, register_resolvers, user_errors
 
-HYDRA_FLAGS_WITHOUT_CHECK = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--shell-completion")
+HYDRA_FLAGS_WITHOUT_CHECK = (
+    "--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--shell-completion",
+)  # fmt: skip
 
 # Jobs of a joblib or submitit sweep run in other processes, which import this module to
 # unpickle run_job; the config's resolvers must exist there before Hydra resolves it.
@@ -28,7 +30,6 @@ def run_job(cfg: Any) -> float | None:
     from omegaconf import OmegaConf
 
     from attnlab.callbacks.summary import write_summary
-    from attnlab.cli import pipeline
     from attnlab.cli.wandb_setup import sync_hint
     from attnlab.errors import UserError
 
@@ -59,7 +60,8 @@ def run_job(cfg: Any) -> float | None:
     _finish(write_summary, run_dir, result, overrides, config, started)
     if not multirun:
         metrics = result["metrics"]
-        shown = ", ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items()) if "/" in k and not k.startswith("train/"))
+        shown = ", ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items())
+                          if "/" in k and not k.startswith("train/"))  # fmt: skip
         print(f"run directory: {run_dir}")
         print(f"checkpoint:    {result.get('best_ckpt') or run_dir / 'checkpoints' / 'last.ckpt'}")
         print(f"summary:       {run_dir / 'summary.json'}  [{result['status']}] {shown}")
@@ -84,7 +86,7 @@ def _finish(write_summary: Any, run_dir: Path, result: dict[str, Any], overrides
             metrics=result["metrics"], task=result.get("task"), params=result.get("params"),
             tokens_per_sec=result.get("tokens_per_sec"),
             wall_s=round(time.perf_counter() - started, 3),
-            **({"stopped_at_step": result["stopped_at_step"]} if "stopped_at_step" in result else {}),
+            **{k: result[k] for k in ("stopped_at_step",) if k in result},
         )  # fmt: skip
 
 
@@ -92,6 +94,7 @@ def train(cfg: Any, run_dir: Path) -> dict[str, Any]:
     """Build everything from the config, fit, test; return status and metrics."""
     import lightning as L
 
+    from attnlab.callbacks.resume import checkpoint_step
     from attnlab.callbacks.throughput import TokenThroughput
     from attnlab.cli import pipeline
 
@@ -99,15 +102,17 @@ def train(cfg: Any, run_dir: Path) -> dict[str, Any]:
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     datamodule = pipeline.build_data(cfg)
     task = pipeline.build_task(cfg, datamodule)
+    resume_from = pipeline.checkpoint_to_resume(cfg, run_dir)
     callbacks = pipeline.build_callbacks(cfg)
-    loggers = pipeline.build_loggers(cfg, run_dir)
+    resume_step = checkpoint_step(resume_from) if resume_from else None
+    loggers = pipeline.build_loggers(cfg, run_dir, resume_step)
     trainer = pipeline.build_trainer(cfg, run_dir, callbacks, loggers)
     if trainer.is_global_zero:
         datamodule.save_tokenizer(run_dir)
     out: dict[str, Any] = {"task": datamodule.task, "params": task.model.num_params()}
     metrics: dict[str, float] = {}
     if cfg.get("train", True):
-        trainer.fit(task, datamodule=datamodule, ckpt_path=pipeline.checkpoint_to_resume(cfg, run_dir))
+        trainer.fit(task, datamodule=datamodule, ckpt_path=resume_from)
         metrics.update(pipeline.scalar_metrics(trainer.callback_metrics))
     status = getattr(trainer, "attnlab_status", None) or "completed"
     best = pipeline.best_checkpoint(trainer)

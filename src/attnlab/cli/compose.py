@@ -112,7 +112,8 @@ def resume_overrides(cfg: DictConfig, overrides: list[str]) -> list[str]:
     if explicit:
         run_dir = Path(explicit[-1].split("=", 1)[1])
         if not (run_dir / "checkpoints" / "last.ckpt").is_file():
-            fail(f"ckpt_path=last: {run_dir}/checkpoints/last.ckpt does not exist; check hydra.run.dir")
+            fail(f"ckpt_path=last: {run_dir}/checkpoints/last.ckpt does not exist; "
+                 "check hydra.run.dir")  # fmt: skip
         rest = overrides
     else:
         run_dir = find_last_run(cfg, overrides)
