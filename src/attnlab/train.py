@@ -95,8 +95,8 @@ def train(cfg: Any, run_dir: Path) -> dict[str, Any]:
     import lightning as L
 
     from attnlab.callbacks.resume import checkpoint_step
-    from attnlab.callbacks.throughput import TokenThroughput
     from attnlab.cli import pipeline
+    from attnlab.cli.wandb_setup import finish_wandb
 
     pipeline.check_config(cfg)
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
@@ -106,10 +106,23 @@ def train(cfg: Any, run_dir: Path) -> dict[str, Any]:
     callbacks = pipeline.build_callbacks(cfg)
     resume_step = checkpoint_step(resume_from) if resume_from else None
     loggers = pipeline.build_loggers(cfg, run_dir, resume_step)
-    trainer = pipeline.build_trainer(cfg, run_dir, callbacks, loggers)
-    if trainer.is_global_zero:
-        datamodule.save_tokenizer(run_dir)
-    out: dict[str, Any] = {"task": datamodule.task, "params": task.model.num_params()}
+    out: dict[str, Any] = {"status": "failed"}
+    try:
+        trainer = pipeline.build_trainer(cfg, run_dir, callbacks, loggers)
+        if trainer.is_global_zero:
+            datamodule.save_tokenizer(run_dir)
+        out = _fit_and_test(cfg, trainer, task, datamodule, resume_from)
+        out.update(task=datamodule.task, params=task.model.num_params())
+        return out
+    finally:
+        finish_wandb(loggers, out["status"])
+
+
+def _fit_and_test(cfg: Any, trainer: Any, task: Any, datamodule: Any, resume_from: str | None
+                  ) -> dict[str, Any]:  # fmt: skip
+    from attnlab.callbacks.throughput import TokenThroughput
+    from attnlab.cli import pipeline
+
     metrics: dict[str, float] = {}
     if cfg.get("train", True):
         trainer.fit(task, datamodule=datamodule, ckpt_path=resume_from)
@@ -119,9 +132,9 @@ def train(cfg: Any, run_dir: Path) -> dict[str, Any]:
     if cfg.get("test", True) and status == "completed":
         trainer.test(task, datamodule=datamodule, ckpt_path=best, weights_only=False)
         metrics.update(pipeline.scalar_metrics(trainer.callback_metrics))
-    throughput = next((c for c in callbacks if isinstance(c, TokenThroughput)), None)
-    out.update(status=status, metrics=metrics, best_ckpt=best,
-               tokens_per_sec=throughput.tokens_per_sec if throughput else None)  # fmt: skip
+    throughput = next((c for c in trainer.callbacks if isinstance(c, TokenThroughput)), None)
+    out = {"status": status, "metrics": metrics, "best_ckpt": best,
+           "tokens_per_sec": throughput.tokens_per_sec if throughput else None}  # fmt: skip
     if status != "completed":
         out["error"] = getattr(trainer, "attnlab_error", None)
         out["stopped_at_step"] = trainer.global_step
