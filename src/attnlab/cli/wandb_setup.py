@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import netrc
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -109,13 +110,21 @@ class FlatWandbLogger(WandbLogger):
         super().log_hyperparams(flatten(dict(params)) if isinstance(params, dict) else params)
 
 
+def command_line(overrides: list[str] | None = None) -> str:
+    """The command that reruns this run alone: ``attnlab-train model.norm=post seed=1``."""
+    program = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else "train"
+    program = program if program.startswith("attnlab") else f"attnlab-{program}"
+    args = overrides if overrides is not None else sys.argv[1:]
+    return " ".join([program, *(shlex.quote(a) for a in args)])
+
+
 def _naming(cfg: DictConfig) -> tuple[list[str], set[str] | None, str | None]:
     """(this run's overrides, the keys that vary, the sweep's group name)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     if not HydraConfig.initialized():
-        return [], None, None
+        return sys.argv[1:], None, None
     hydra_cfg = HydraConfig.get()
     overrides = list(hydra_cfg.overrides.task)
     experiment = hydra_cfg.runtime.choices.get("experiment")
@@ -142,7 +151,10 @@ def prepare_wandb(cfg: DictConfig, node: DictConfig, run_dir: Path) -> WandbLogg
     options["group"] = options.get("group") or sweep_group
     options["save_dir"] = str(run_dir)
     options["offline"] = bool(options.get("offline")) or mode == "offline"
-    options["config"] = {**flat_config(cfg), "git_sha": git_sha(), "command": " ".join(sys.argv)}
+    if mode in ("online", "offline", "disabled"):
+        options["mode"] = mode  # wandb reads WANDB_MODE once per process; be explicit per run
+    options["config"] = {**flat_config(cfg), "git_sha": git_sha(),
+                         "command": command_line(overrides)}  # fmt: skip
     id_file = run_dir / "wandb_id.txt"  # a resumed run keeps its W&B run
     if id_file.is_file():
         options["id"], options["resume"] = id_file.read_text().strip(), "allow"
