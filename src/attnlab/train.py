@@ -152,6 +152,7 @@ def _split(argv: list[str]) -> tuple[list[str], bool, bool]:
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; returns the process exit code."""
     import hydra
+    from hydra.core.global_hydra import GlobalHydra
 
     from attnlab.cli.compose import resume_overrides, validate_overrides
     from attnlab.cli.sweep import SweepStatus
@@ -175,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         app()
     finally:
         sys.argv = saved_argv
+        GlobalHydra.instance().clear()  # so main() can be called again in one process
     return 1 if SweepStatus.failed else 0
 
 
