@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from cli_runs import TINY, finish, only_dir, run, start, summary
+from cli_runs import TINY, compose_run, finish, only_dir, run, start, summary
 
 SWEEP_NAME = re.compile(r"^\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}_[0-9a-f]{8}$")
 
@@ -181,3 +181,18 @@ def test_the_slurm_launcher_config_makes_a_valid_sbatch_script(
                  "--time=240", "--mem=64GB", "--cpus-per-task=8", "--signal=USR2@120"):  # fmt: skip
         assert f"#SBATCH {line}" in script
     assert executor._executor.parameters.get("array_parallelism", 32) == 32
+
+
+def test_a_nan_loss_stops_the_run_and_marks_it_diverged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attnlab.tasks.base import Task
+    from attnlab.train import train
+
+    real_loss = Task.loss
+    monkeypatch.setattr(Task, "loss", lambda self, *a, **k: real_loss(self, *a, **k) * float("nan"))
+    cfg = compose_run([*TINY, "data=majority", "trainer.max_epochs=3"], tmp_path)
+    result = train(cfg, tmp_path)
+    assert result["status"] == "diverged"
+    assert result["stopped_at_step"] == 1
+    assert "train/loss became nan at step 1" in result["error"]
