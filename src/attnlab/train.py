@@ -104,7 +104,10 @@ def train(cfg: Any, run_dir: Path) -> dict[str, Any]:
     task = pipeline.build_task(cfg, datamodule)
     resume_from = pipeline.checkpoint_to_resume(cfg, run_dir)
     callbacks = pipeline.build_callbacks(cfg)
-    resume_step = checkpoint_step(resume_from) if resume_from else None
+    resume_step = None  # None: a fresh metrics.csv; a step: keep the rows up to it
+    if resume_from:
+        resume_step = checkpoint_step(resume_from)
+        resume_step = sys.maxsize if resume_step is None else resume_step
     loggers = pipeline.build_loggers(cfg, run_dir, resume_step)
     out: dict[str, Any] = {"status": "failed"}
     try:
