@@ -22,7 +22,7 @@ from cli_runs import compose_run
 # 2 steps (across epochs), a fixed schedule length, dropout on (the RNG states matter).
 STEPS_PER_EPOCH, TOTAL = 4, 12
 RUN = [
-    "data=reverse", "data.train_size=128", "data.val_size=32", "data.batch_size=32",
+    "data=reverse", "data.train_size=128", "data.val_size=16", "data.batch_size=32",
     "model.d_model=16", "model.n_heads=2", "model.n_layers=1", "model.dropout=0.2",
     "optim.warmup_steps=2", f"optim.decay_steps={TOTAL}", "trainer.max_epochs=-1",
     "trainer.val_check_interval=2", "trainer.check_val_every_n_epoch=null",
