@@ -23,7 +23,9 @@ def make(name: str, **overrides: object) -> torch.nn.Module:
     return build_model(ModelConfig.from_dict(values)).eval()
 
 
-def run(model: torch.nn.Module, tokens: torch.Tensor, src: torch.Tensor | None = None) -> torch.Tensor:
+def run(
+    model: torch.nn.Module, tokens: torch.Tensor, src: torch.Tensor | None = None
+) -> torch.Tensor:
     if model.cfg.name == "encoder_decoder":
         return model(src if src is not None else tokens, tokens)
     return model(tokens)
@@ -38,7 +40,9 @@ def test_every_model_returns_vocabulary_logits(name: str, norm: str, pos: str) -
     assert torch.isfinite(logits).all()
 
 
-@pytest.mark.parametrize("name,pos", itertools.product(("decoder_only", "encoder_decoder"), POSITIONS.names()))
+@pytest.mark.parametrize(
+    "name,pos", itertools.product(("decoder_only", "encoder_decoder"), POSITIONS.names())
+)
 def test_future_tokens_do_not_change_past_logits(name: str, pos: str) -> None:
     model = make(name, pos=pos)
     tokens = torch.randint(6, 20, (2, 8))
@@ -66,8 +70,9 @@ def test_appended_padding_leaves_real_positions_unchanged(name: str, pos: str) -
     if name == "encoder_decoder":  # pad the source: decoder outputs must not move
         src = torch.randint(6, 20, (2, 5))
         src_padded = torch.cat([src, torch.zeros(2, 4, dtype=torch.long)], dim=1)
-        torch.testing.assert_close(model(src, tokens), model(src_padded, tokens), atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(model(src, tokens), model(src, padded)[:, :6], atol=1e-5, rtol=1e-5)
+        expected = model(src, tokens)
+        torch.testing.assert_close(expected, model(src_padded, tokens), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(expected, model(src, padded)[:, :6], atol=1e-5, rtol=1e-5)
     else:
         torch.testing.assert_close(model(tokens), model(padded)[:, :6], atol=1e-5, rtol=1e-5)
 

@@ -8,7 +8,12 @@ import pytest
 import torch
 from torch import nn
 
-from attnlab.nn.attention import AttentionInputs, MultiHeadAttention, fused_attention, math_attention
+from attnlab.nn.attention import (
+    AttentionInputs,
+    MultiHeadAttention,
+    fused_attention,
+    math_attention,
+)
 from attnlab.nn.feedforward import FEEDFORWARDS, default_d_ff
 from attnlab.nn.layers import DecoderLayer, EncoderLayer, LayerSpec
 from attnlab.nn.norms import RESIDUALS
@@ -123,8 +128,10 @@ def test_feedforward_shapes(name: str) -> None:
 
 
 def test_swiglu_default_width_keeps_parameter_count_comparable() -> None:
-    relu = sum(p.numel() for p in FEEDFORWARDS.get("relu")(96, default_d_ff("relu", 96)).parameters())
-    glu = sum(p.numel() for p in FEEDFORWARDS.get("swiglu")(96, default_d_ff("swiglu", 96)).parameters())
+    def params(ffn: str) -> int:
+        return sum(p.numel() for p in FEEDFORWARDS.get(ffn)(96, default_d_ff(ffn, 96)).parameters())
+
+    relu, glu = params("relu"), params("swiglu")
     assert abs(glu - relu) / relu < 0.02
 
 
@@ -146,7 +153,9 @@ def _copy_common(ours: nn.Module, theirs: nn.Module) -> None:
 @pytest.mark.parametrize("norm,norm_first", [("post", False), ("pre", True)])
 def test_encoder_layer_matches_torch_transformer_encoder_layer(norm: str, norm_first: bool) -> None:
     torch.manual_seed(0)
-    theirs = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True, norm_first=norm_first)
+    theirs = nn.TransformerEncoderLayer(
+        32, 4, 64, dropout=0.0, batch_first=True, norm_first=norm_first
+    )
     ours = EncoderLayer(LayerSpec(32, 4, 64, dropout=0.0, norm=norm, ffn="relu"))
     _copy_common(ours, theirs)
     ours.attn_residual.norm.load_state_dict(theirs.norm1.state_dict())
@@ -163,8 +172,11 @@ def test_encoder_layer_matches_torch_transformer_encoder_layer(norm: str, norm_f
 @pytest.mark.parametrize("norm,norm_first", [("post", False), ("pre", True)])
 def test_decoder_layer_matches_torch_transformer_decoder_layer(norm: str, norm_first: bool) -> None:
     torch.manual_seed(0)
-    theirs = nn.TransformerDecoderLayer(32, 4, 64, dropout=0.0, batch_first=True, norm_first=norm_first)
-    ours = DecoderLayer(LayerSpec(32, 4, 64, dropout=0.0, norm=norm, ffn="relu"), cross_attention=True)
+    theirs = nn.TransformerDecoderLayer(
+        32, 4, 64, dropout=0.0, batch_first=True, norm_first=norm_first
+    )
+    spec = LayerSpec(32, 4, 64, dropout=0.0, norm=norm, ffn="relu")
+    ours = DecoderLayer(spec, cross_attention=True)
     _copy_common(ours, theirs)
     _copy_attention(ours.cross_attn, theirs.multihead_attn)
     ours.attn_residual.norm.load_state_dict(theirs.norm1.state_dict())

@@ -14,7 +14,13 @@ from typing import Any
 
 from attnlab.cli.common import config_dir, fail, quiet_environment, register_resolvers, user_errors
 
-HYDRA_FLAGS_WITHOUT_CHECK = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--shell-completion")
+HYDRA_FLAGS_WITHOUT_CHECK = (
+    "--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--shell-completion",
+)  # fmt: skip
+
+# Jobs of a joblib or submitit sweep run in other processes, which import this module to
+# unpickle run_job; the config's resolvers must exist there before Hydra resolves it.
+register_resolvers()
 
 
 def run_job(cfg: Any) -> float | None:
@@ -24,7 +30,6 @@ def run_job(cfg: Any) -> float | None:
     from omegaconf import OmegaConf
 
     from attnlab.callbacks.summary import write_summary
-    from attnlab.cli import pipeline
     from attnlab.cli.wandb_setup import sync_hint
     from attnlab.errors import UserError
 
@@ -45,7 +50,8 @@ def run_job(cfg: Any) -> float | None:
         if not multirun:
             _finish(write_summary, run_dir, result, overrides, config, started)
             fail(str(exc))
-    except Exception as exc:  # a crash (OOM, NaN, bug) is recorded, not hidden
+        print(f"error: job {hydra_cfg.job.num}: {' '.join(str(exc).split())}", file=sys.stderr)
+    except Exception as exc:  # a crash (OOM, bug) is recorded, not hidden
         result["error"] = f"{type(exc).__name__}: {exc}"
         if not multirun:
             _finish(write_summary, run_dir, result, overrides, config, started)
@@ -54,15 +60,19 @@ def run_job(cfg: Any) -> float | None:
     _finish(write_summary, run_dir, result, overrides, config, started)
     if not multirun:
         metrics = result["metrics"]
-        shown = ", ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items()) if "/" in k and not k.startswith("train/"))
+        shown = ", ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items())
+                          if "/" in k and not k.startswith("train/"))  # fmt: skip
         print(f"run directory: {run_dir}")
         print(f"checkpoint:    {result.get('best_ckpt') or run_dir / 'checkpoints' / 'last.ckpt'}")
         print(f"summary:       {run_dir / 'summary.json'}  [{result['status']}] {shown}")
         hint = sync_hint(run_dir)
         if hint:
             print(f"W&B (offline): {hint}")
+    # For search sweepers (Optuna); None marks a failed trial, and the study goes on.
     value = result["metrics"].get(str(cfg.get("optimized_metric", "val/loss")))
-    return float(value) if value is not None else None
+    if result["status"] != "completed" or value is None or value != value:
+        return None
+    return float(value)
 
 
 def _finish(write_summary: Any, run_dir: Path, result: dict[str, Any], overrides: list[str],
@@ -76,7 +86,7 @@ def _finish(write_summary: Any, run_dir: Path, result: dict[str, Any], overrides
             metrics=result["metrics"], task=result.get("task"), params=result.get("params"),
             tokens_per_sec=result.get("tokens_per_sec"),
             wall_s=round(time.perf_counter() - started, 3),
-            **({"stopped_at_step": result["stopped_at_step"]} if "stopped_at_step" in result else {}),
+            **{k: result[k] for k in ("stopped_at_step",) if k in result},
         )  # fmt: skip
 
 
@@ -84,31 +94,50 @@ def train(cfg: Any, run_dir: Path) -> dict[str, Any]:
     """Build everything from the config, fit, test; return status and metrics."""
     import lightning as L
 
-    from attnlab.callbacks.throughput import TokenThroughput
+    from attnlab.callbacks.resume import checkpoint_step
     from attnlab.cli import pipeline
+    from attnlab.cli.wandb_setup import finish_wandb
 
     pipeline.check_config(cfg)
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     datamodule = pipeline.build_data(cfg)
     task = pipeline.build_task(cfg, datamodule)
+    resume_from = pipeline.checkpoint_to_resume(cfg, run_dir)
     callbacks = pipeline.build_callbacks(cfg)
-    loggers = pipeline.build_loggers(cfg, run_dir)
-    trainer = pipeline.build_trainer(cfg, run_dir, callbacks, loggers)
-    if trainer.is_global_zero:
-        datamodule.save_tokenizer(run_dir)
-    out: dict[str, Any] = {"task": datamodule.task, "params": task.model.num_params()}
+    resume_step = None  # None: a fresh metrics.csv; a step: keep the rows up to it
+    if resume_from:
+        resume_step = checkpoint_step(resume_from)
+        resume_step = sys.maxsize if resume_step is None else resume_step
+    loggers = pipeline.build_loggers(cfg, run_dir, resume_step)
+    out: dict[str, Any] = {"status": "failed"}
+    try:
+        trainer = pipeline.build_trainer(cfg, run_dir, callbacks, loggers)
+        if trainer.is_global_zero:
+            datamodule.save_tokenizer(run_dir)
+        out = _fit_and_test(cfg, trainer, task, datamodule, resume_from)
+        out.update(task=datamodule.task, params=task.model.num_params())
+        return out
+    finally:
+        finish_wandb(loggers, out["status"])
+
+
+def _fit_and_test(cfg: Any, trainer: Any, task: Any, datamodule: Any, resume_from: str | None
+                  ) -> dict[str, Any]:  # fmt: skip
+    from attnlab.callbacks.throughput import TokenThroughput
+    from attnlab.cli import pipeline
+
     metrics: dict[str, float] = {}
     if cfg.get("train", True):
-        trainer.fit(task, datamodule=datamodule, ckpt_path=pipeline.checkpoint_to_resume(cfg, run_dir))
+        trainer.fit(task, datamodule=datamodule, ckpt_path=resume_from)
         metrics.update(pipeline.scalar_metrics(trainer.callback_metrics))
     status = getattr(trainer, "attnlab_status", None) or "completed"
     best = pipeline.best_checkpoint(trainer)
     if cfg.get("test", True) and status == "completed":
         trainer.test(task, datamodule=datamodule, ckpt_path=best, weights_only=False)
         metrics.update(pipeline.scalar_metrics(trainer.callback_metrics))
-    throughput = next((c for c in callbacks if isinstance(c, TokenThroughput)), None)
-    out.update(status=status, metrics=metrics, best_ckpt=best,
-               tokens_per_sec=throughput.tokens_per_sec if throughput else None)  # fmt: skip
+    throughput = next((c for c in trainer.callbacks if isinstance(c, TokenThroughput)), None)
+    out = {"status": status, "metrics": metrics, "best_ckpt": best,
+           "tokens_per_sec": throughput.tokens_per_sec if throughput else None}  # fmt: skip
     if status != "completed":
         out["error"] = getattr(trainer, "attnlab_error", None)
         out["stopped_at_step"] = trainer.global_step
@@ -126,6 +155,7 @@ def _split(argv: list[str]) -> tuple[list[str], bool, bool]:
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; returns the process exit code."""
     import hydra
+    from hydra.core.global_hydra import GlobalHydra
 
     from attnlab.cli.compose import resume_overrides, validate_overrides
     from attnlab.cli.sweep import SweepStatus
@@ -149,8 +179,13 @@ def main(argv: list[str] | None = None) -> int:
         app()
     finally:
         sys.argv = saved_argv
+        GlobalHydra.instance().clear()  # so main() can be called again in one process
     return 1 if SweepStatus.failed else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the importable attnlab.train, not this __main__ copy, so that run_job pickles by
+    # reference into joblib/submitit workers (which then import the module and its resolvers).
+    from attnlab.train import main as entry_point
+
+    sys.exit(entry_point())

@@ -23,7 +23,9 @@ class TokenThroughput(L.Callback):
         self._window_seconds = 0.0
         self._start: float | None = None
 
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: Any, batch: Any, batch_idx: int
+    ) -> None:
         self._start = time.perf_counter()
 
     def on_train_batch_end(

@@ -15,7 +15,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from attnlab.cli.common import config_dir, fail, register_resolvers
+from attnlab.cli.common import config_dir, fail, identity_overrides, register_resolvers
 
 
 def _one_line(exc: Exception) -> str:
@@ -37,8 +37,23 @@ def compose_config(overrides: list[str]) -> DictConfig:
         GlobalHydra.instance().clear()
 
 
+def check_values(cfg: DictConfig) -> None:
+    """The model and optimiser checks a job would make first, as one ``error:`` line."""
+    from attnlab.cli.pipeline import check_config
+    from attnlab.errors import UserError
+
+    try:
+        check_config(cfg)
+    except UserError as exc:
+        fail(str(exc))
+
+
 def validate_overrides(overrides: list[str], multirun: bool) -> DictConfig:
-    """Compose every value of every swept key once; return the first composition."""
+    """Compose every value of every swept key once; return the first composition.
+
+    In a sweep, each composition also passes the model/optimiser checks, so a typo in
+    one swept value stops the sweep before any job starts.
+    """
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except HydraException as exc:
@@ -56,18 +71,18 @@ def validate_overrides(overrides: list[str], multirun: bool) -> DictConfig:
             fixed.append(override.input_line)
     first = [f"{key}={values[0]}" for key, values in sweeps if values]
     cfg = compose_config(fixed + first)
+    if multirun:
+        check_values(cfg)
     for i, (key, values) in enumerate(sweeps):
         others = first[:i] + first[i + 1 :]
         for value in values[1:]:
-            compose_config(fixed + others + [f"{key}={value}"])
+            check_values(compose_config(fixed + others + [f"{key}={value}"]))
     return cfg
 
 
 def run_overrides(overrides: list[str]) -> list[str]:
-    """The task overrides that identify a run's settings (no ckpt_path, no hydra.*)."""
-    return sorted(
-        o for o in overrides if not o.split("=")[0].lstrip("+~").startswith(("ckpt_path", "hydra"))
-    )
+    """The overrides that identify a run (not ckpt_path, hydra.*, trainer.*, logger, …)."""
+    return sorted(identity_overrides(overrides))
 
 
 def find_last_run(cfg: DictConfig, overrides: list[str]) -> Path:
@@ -97,7 +112,8 @@ def resume_overrides(cfg: DictConfig, overrides: list[str]) -> list[str]:
     if explicit:
         run_dir = Path(explicit[-1].split("=", 1)[1])
         if not (run_dir / "checkpoints" / "last.ckpt").is_file():
-            fail(f"ckpt_path=last: {run_dir}/checkpoints/last.ckpt does not exist; check hydra.run.dir")
+            fail(f"ckpt_path=last: {run_dir}/checkpoints/last.ckpt does not exist; "
+                 "check hydra.run.dir")  # fmt: skip
         rest = overrides
     else:
         run_dir = find_last_run(cfg, overrides)

@@ -15,6 +15,8 @@ from hydra.utils import instantiate
 from lightning.pytorch.loggers import CSVLogger, Logger
 from omegaconf import DictConfig, OmegaConf
 
+from attnlab.callbacks.divergence import StopOnDivergence
+from attnlab.callbacks.resume import AtomicCheckpointIO, ContinuedCSVLogger, RngState
 from attnlab.data.base import AttnlabDataModule
 from attnlab.errors import CheckpointError, ConfigError, UserError
 from attnlab.models import ModelConfig
@@ -68,38 +70,57 @@ def build_task(cfg: DictConfig, datamodule: AttnlabDataModule) -> Task:
 
 
 def build_callbacks(cfg: DictConfig) -> list[L.Callback]:
+    """The configured callbacks, plus the two every run needs whatever is configured:
+    random states in checkpoints (exact resume) and a stop on a NaN/inf loss."""
     nodes = cfg.get("callbacks") or {}
     bar = cfg.trainer.get("enable_progress_bar", True) and not cfg.trainer.get("fast_dev_run")
-    return [
+    callbacks = [
         build(node, f"callbacks.{name}")
         for name, node in nodes.items()
         if node and "_target_" in node and (bar or "ProgressBar" not in str(node._target_))
     ]
+    for required in (RngState, StopOnDivergence):
+        if not any(isinstance(c, required) for c in callbacks):
+            callbacks.append(required())
+    return callbacks
 
 
-def build_loggers(cfg: DictConfig, run_dir: Path) -> list[Logger]:
-    """The configured loggers; the CSV logger (metrics.csv) is always among them."""
+def build_loggers(cfg: DictConfig, run_dir: Path, resume_step: int | None = None) -> list[Logger]:
+    """The configured loggers; the CSV logger (metrics.csv) is always among them.
+
+    ``resume_step``: the step of the checkpoint this run continues; metrics.csv keeps
+    its rows up to that step instead of being started anew.
+    """
     from attnlab.cli.wandb_setup import prepare_wandb
 
     loggers: list[Logger] = []
     for name, node in (cfg.get("logger") or {}).items():
         if not node or "_target_" not in node:
             continue
-        if "Wandb" in str(node["_target_"]):
+        target = str(node["_target_"])
+        if "Wandb" in target:
             loggers.append(prepare_wandb(cfg, node, run_dir))
+        elif target.endswith("ContinuedCSVLogger"):
+            loggers.append(build(node, f"logger.{name}", resume_step=resume_step))
         else:
             loggers.append(build(node, f"logger.{name}"))
     if not any(isinstance(lg, CSVLogger) for lg in loggers):
-        loggers.insert(0, CSVLogger(save_dir=str(run_dir), name="", version=""))
+        csv = ContinuedCSVLogger(str(run_dir), name="", version="", resume_step=resume_step)
+        loggers.insert(0, csv)
     return loggers
 
 
 def build_trainer(
     cfg: DictConfig, run_dir: Path, callbacks: list[L.Callback], loggers: list[Logger] | bool
 ) -> L.Trainer:
+    """The Trainer; checkpoints are written atomically unless trainer.plugins says otherwise."""
+    extra: dict[str, Any] = {}
+    if not cfg.trainer.get("plugins"):
+        extra["plugins"] = [AtomicCheckpointIO()]
     return build(
-        cfg.trainer, "trainer", callbacks=callbacks, logger=loggers, default_root_dir=str(run_dir)
-    )
+        cfg.trainer, "trainer", callbacks=callbacks, logger=loggers,
+        default_root_dir=str(run_dir), **extra,
+    )  # fmt: skip
 
 
 def checkpoint_to_resume(cfg: DictConfig, run_dir: Path) -> str | None:

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from attnlab.data.base import AttnlabDataModule
 from attnlab.data.paths import default_cache_dir
+from attnlab.data.sampling import ResumableDataLoader
 from attnlab.data.tokenizers import tokenizer_from_json
 
 CACHE_VERSION = 1  # bump when the payload layout changes
@@ -127,7 +128,10 @@ class CachedDataModule(AttnlabDataModule):
         if self.num_workers > 0:
             # Tokenizing is done; keep HF tokenizers' thread pool from warning in forked workers.
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        return DataLoader(
+        # Resumable: Lightning checkpoints the position within the epoch. Its own generator
+        # keeps each new iterator from drawing a seed from the global one (exact resume).
+        kwargs.setdefault("generator", self._generator())
+        return ResumableDataLoader(
             dataset,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,

@@ -15,13 +15,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset, RandomSampler
+from torch.utils.data import DataLoader, Dataset
 
 from attnlab.data.base import UNK
 from attnlab.data.batching import PackedSequences, pad_batch
 from attnlab.data.cache import CachedDataModule
 from attnlab.data.files import existing_file, file_identity, read_table
 from attnlab.data.hub import hf_column, hf_fingerprint, hf_split, load_hf_dataset
+from attnlab.data.sampling import EpochRandomSampler
 from attnlab.data.tokenizers import train_tokenizer
 from attnlab.errors import ConfigError, DataError
 
@@ -237,7 +238,7 @@ class ClassificationDataModule(CachedDataModule):
         """Shuffled batches, deterministic for ``seed``."""
         self._build()
         dataset = self.datasets["train"]
-        sampler = RandomSampler(dataset, generator=self._generator())
+        sampler = EpochRandomSampler(dataset, seed=self.seed)
         return self._loader(dataset, sampler=sampler, collate_fn=collate_labelled)
 
     def _eval_loader(self, split: str) -> DataLoader:

@@ -17,6 +17,7 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader
 
 from attnlab.data.base import NUM_SPECIAL, PAD, SPECIAL_TOKENS, AttnlabDataModule
+from attnlab.data.sampling import EpochRandomSampler, ResumableDataLoader
 from attnlab.errors import ConfigError
 
 SPLIT_OFFSETS = {"train": 0, "val": 1, "test": 2}
@@ -126,7 +127,8 @@ class SyntheticDataModule(AttnlabDataModule):
             src, tgt = make_pair(self.kind, rng, self.n_symbols, self.min_len, self.max_len)
             item = {"src": torch.tensor(src) + NUM_SPECIAL}
             if self.task == "classification":
-                examples.append({"input_ids": item["src"], "labels": torch.tensor(majority_label(src))})
+                label = torch.tensor(majority_label(src))
+                examples.append({"input_ids": item["src"], "labels": label})
             else:
                 examples.append({**item, "tgt": torch.tensor(tgt) + NUM_SPECIAL})
         return examples
@@ -150,8 +152,14 @@ class SyntheticDataModule(AttnlabDataModule):
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         generator = torch.Generator().manual_seed(self.seed)
+        if shuffle:  # the order of epoch e depends on (seed, e) only: resumable mid-epoch
+            sampler = EpochRandomSampler(self.splits[split], seed=self.seed)
+            return ResumableDataLoader(
+                self.splits[split], batch_size=self.batch_size, sampler=sampler,
+                collate_fn=self.collate, num_workers=self.num_workers, generator=generator,
+            )  # fmt: skip
         return DataLoader(
-            self.splits[split], batch_size=self.batch_size, shuffle=shuffle,
+            self.splits[split], batch_size=self.batch_size, shuffle=False,
             collate_fn=self.collate, num_workers=self.num_workers, generator=generator,
         )  # fmt: skip
 

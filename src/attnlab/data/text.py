@@ -18,11 +18,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset, RandomSampler
+from torch.utils.data import DataLoader, Dataset
 
 from attnlab.data.cache import CachedDataModule
 from attnlab.data.files import existing_file, file_identity, read_text
 from attnlab.data.hub import hf_column, hf_fingerprint, hf_split, load_hf_dataset
+from attnlab.data.sampling import EpochRandomSampler
 from attnlab.data.tokenizers import AnyTokenizer, CharTokenizer, train_tokenizer
 from attnlab.errors import ConfigError, DataError
 
@@ -193,9 +194,7 @@ class TextDataModule(CachedDataModule):
         """Random-offset blocks, reshuffled each epoch, deterministic for ``seed``."""
         self._build()
         dataset = TokenBlocks(self.splits["train"], self.block_size)
-        sampler = RandomSampler(
-            dataset, num_samples=self.samples_per_epoch, generator=self._generator()
-        )
+        sampler = EpochRandomSampler(dataset, seed=self.seed, num_samples=self.samples_per_epoch)
         return self._loader(dataset, sampler=sampler)
 
     def val_dataloader(self) -> DataLoader:

@@ -7,7 +7,7 @@ itself comes from :mod:`attnlab.models`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import lightning as L

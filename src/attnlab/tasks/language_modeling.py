@@ -56,7 +56,8 @@ class LanguageModelTask(Task):
         vocab = self.model_cfg.vocab_size
         for stage in ("val", "test"):
             setattr(self, f"{stage}_loss", MeanMetric())
-            setattr(self, f"{stage}_acc", MulticlassAccuracy(vocab, average="micro", ignore_index=IGNORE))
+            accuracy = MulticlassAccuracy(vocab, average="micro", ignore_index=IGNORE)
+            setattr(self, f"{stage}_acc", accuracy)
 
     def inputs_and_labels(
         self, tokens: Tensor, generator: torch.Generator | None = None
@@ -76,7 +77,8 @@ class LanguageModelTask(Task):
     def _evaluate(self, batch: dict[str, Tensor], batch_idx: int, stage: str) -> None:
         tokens = batch["tokens"]
         # a fixed corruption per batch, so masked-LM validation losses are comparable
-        generator = torch.Generator(device=tokens.device).manual_seed(self.seed * 100_003 + batch_idx)
+        seed = self.seed * 100_003 + batch_idx
+        generator = torch.Generator(device=tokens.device).manual_seed(seed)
         inputs, labels = self.inputs_and_labels(tokens, generator)
         logits = self.model(inputs)
         n_tokens = int((labels != IGNORE).sum())

@@ -88,7 +88,8 @@ class Seq2SeqTask(Task):
         self.decode_every = int(self.options.get("decode_every_n_epochs", 1))
         for stage in ("val", "test"):
             setattr(self, f"{stage}_loss", MeanMetric())
-            setattr(self, f"{stage}_acc", MulticlassAccuracy(vocab, average="micro", ignore_index=IGNORE))
+            accuracy = MulticlassAccuracy(vocab, average="micro", ignore_index=IGNORE)
+            setattr(self, f"{stage}_acc", accuracy)
             setattr(self, f"{stage}_exact", MeanMetric())
             setattr(self, f"{stage}_bleu", SacreBLEUScore())
 

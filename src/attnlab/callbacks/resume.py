@@ -1,0 +1,161 @@
+"""What makes ``ckpt_path=last`` continue a run as if it had never stopped.
+
+Lightning restores weights, optimiser, scheduler and loop counters. Added here:
+
+* :class:`RngState` — the global random states (dropout, masking) in the checkpoint;
+* :class:`AtomicCheckpointIO` — a checkpoint is complete or absent, never truncated;
+* :class:`ContinuedCSVLogger` — the resumed run appends to metrics.csv instead of
+  starting it anew.
+
+The data order is restored by :mod:`attnlab.data.sampling`.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.fabric.loggers.csv_logs import _ExperimentWriter as FabricWriter
+from lightning.fabric.loggers.logger import rank_zero_experiment
+from lightning.fabric.utilities.cloud_io import get_filesystem
+from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+
+class RngState(L.Callback):
+    """Saves the Python, NumPy and torch (CPU and CUDA) random states with each checkpoint.
+
+    They are put back just before the first training step after a resume, not at
+    load time: Lightning draws random numbers between loading and that step (a new
+    dataloader iterator takes a seed from the global generator), which the run that
+    never stopped did not draw at that point.
+    """
+
+    def __init__(self) -> None:
+        self._pending: dict[str, Any] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        states = _collect_rng_states(include_cuda=torch.cuda.is_available())
+        name, keys, pos, has_gauss, gauss = states["numpy"]
+        # plain types and tensors only, so checkpoints load with torch.load(weights_only=True)
+        states["numpy"] = [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss]
+        version, internal, python_gauss = states["python"]
+        states["python"] = [version, list(internal), python_gauss]
+        return states
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._pending = dict(state_dict)
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if self._pending is None:
+            return
+        states, self._pending = self._pending, None
+        name, keys, pos, has_gauss, gauss = states["numpy"]
+        states["numpy"] = (name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss)
+        if not torch.cuda.is_available():
+            states.pop("torch.cuda", None)
+        _set_rng_states(states)
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Writes a checkpoint to a temporary file beside it, then renames it into place.
+
+    Lightning's own writer serialises to memory first, but then writes through a
+    temporary file in the system temp directory and *moves* it; when that directory
+    lies on another file system than the run (local /tmp, shared cluster storage),
+    the move is a copy, and a job killed during it leaves a truncated ``last.ckpt``.
+    A rename within one directory is atomic on POSIX file systems.
+    """
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None
+    ) -> None:
+        if storage_options is not None or "://" in str(path):
+            super().save_checkpoint(checkpoint, path, storage_options)  # remote: fsspec's way
+            return
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                torch.save(checkpoint, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+class _AppendingWriter(ExperimentWriter):
+    """metrics.csv writer that keeps the rows of the run it continues (up to ``until_step``)."""
+
+    def __init__(self, log_dir: str, until_step: int | None) -> None:
+        self._until_step = until_step
+        super().__init__(log_dir=log_dir)
+
+    def _check_log_dir_exists(self) -> None:
+        path = Path(self.metrics_file_path)
+        if not path.is_file():
+            return
+        with path.open(newline="") as handle:
+            reader = csv.DictReader(handle)
+            header = list(reader.fieldnames or [])
+            rows = [r for r in reader if self._keep(r)]
+        with path.open("w", newline="") as handle:  # drop rows logged after the checkpoint
+            writer = csv.DictWriter(handle, fieldnames=header)
+            writer.writeheader()
+            writer.writerows(rows)
+        self.metrics_keys = header
+
+    def _keep(self, row: dict[str, str]) -> bool:
+        if self._until_step is None:
+            return True
+        try:
+            return int(float(row.get("step") or 0)) <= self._until_step
+        except ValueError:
+            return True
+
+
+class ContinuedCSVLogger(CSVLogger):
+    """Lightning's CSVLogger; with ``resume_step`` set, metrics.csv is continued, not replaced.
+
+    Lightning's logger deletes an existing metrics.csv (with a warning), which a
+    resumed run in its own directory must not do. A fresh run (``resume_step=None``)
+    starts the file afresh, silently.
+    """
+
+    def __init__(self, *args: Any, resume_step: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.resume_step = resume_step
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> FabricWriter:
+        if self._experiment is None:
+            get_filesystem(self.root_dir).makedirs(self.root_dir, exist_ok=True)
+            metrics = Path(self.log_dir) / ExperimentWriter.NAME_METRICS_FILE
+            if self.resume_step is None and metrics.is_file():
+                metrics.unlink()
+            self._experiment = _AppendingWriter(self.log_dir, self.resume_step)
+        return self._experiment
+
+
+def checkpoint_step(path: str | Path) -> int | None:
+    """The global step stored in a Lightning checkpoint (read lazily, without the weights)."""
+    try:
+        checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    except Exception:  # unreadable here: Lightning reports it when it loads the file
+        return None
+    step = checkpoint.get("global_step") if isinstance(checkpoint, dict) else None
+    return int(step) if step is not None else None

@@ -1,0 +1,167 @@
+"""Resuming with ``ckpt_path=last`` continues a run exactly; checkpoints are never truncated."""
+
+from __future__ import annotations
+
+import csv
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from attnlab.callbacks.resume import AtomicCheckpointIO, RngState
+from attnlab.cli.compose import find_last_run
+from attnlab.data.sampling import EpochRandomSampler, ResumableDataLoader
+from attnlab.train import train
+from cli_runs import compose_run
+
+# 128 examples in batches of 32: 4 steps per epoch; 12 steps = 3 epochs. Validation every
+# 2 steps (across epochs), a fixed schedule length, dropout on (the RNG states matter).
+STEPS_PER_EPOCH, TOTAL = 4, 12
+RUN = [
+    "data=reverse", "data.train_size=128", "data.val_size=16", "data.batch_size=32",
+    "model.d_model=16", "model.n_heads=2", "model.n_layers=1", "model.dropout=0.2",
+    "optim.warmup_steps=2", f"optim.decay_steps={TOTAL}", "trainer.max_epochs=-1",
+    "trainer.val_check_interval=2", "trainer.check_val_every_n_epoch=null",
+    "trainer.enable_progress_bar=false", "test=false", "seed=3",
+]  # fmt: skip
+
+
+def _train(run_dir: Path, max_steps: int, *extra: str) -> dict:
+    cfg = compose_run([*RUN, f"trainer.max_steps={max_steps}", *extra], run_dir)
+    return train(cfg, run_dir)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    run_dir = tmp_path_factory.mktemp("uninterrupted")
+    return _train(run_dir, TOTAL), run_dir
+
+
+def _interrupted(run_dir: Path, stop: int) -> dict:
+    first = _train(run_dir, stop)
+    assert first["status"] == "completed"
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+    return _train(run_dir, TOTAL, "ckpt_path=last")
+
+
+def _val_losses(run_dir: Path) -> list[float]:
+    with (run_dir / "metrics.csv").open() as handle:
+        return [float(r["val/loss"]) for r in csv.DictReader(handle) if r.get("val/loss")]
+
+
+@pytest.mark.parametrize(
+    "stop", [STEPS_PER_EPOCH + 2, STEPS_PER_EPOCH], ids=["mid-epoch", "epoch-end"]
+)
+def test_a_resumed_run_ends_with_the_same_val_loss_as_an_uninterrupted_one(
+    uninterrupted: tuple[dict, Path], tmp_path: Path, stop: int
+) -> None:
+    reference, reference_dir = uninterrupted
+    resumed = _interrupted(tmp_path, stop)
+    assert resumed["status"] == "completed"
+    final = reference["metrics"]["val/loss"]
+    assert resumed["metrics"]["val/loss"] == pytest.approx(final, abs=1e-6)
+    # every validation of the resumed run, before and after the stop, is in metrics.csv
+    assert _val_losses(tmp_path) == pytest.approx(_val_losses(reference_dir), abs=1e-6)
+
+
+def test_checkpoints_load_with_weights_only(uninterrupted: tuple[dict, Path]) -> None:
+    _, run_dir = uninterrupted
+    checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    assert checkpoint["global_step"] == TOTAL
+    assert any("RngState" in key for key in checkpoint["callbacks"])
+
+
+def test_rng_states_are_restored_just_before_the_next_training_step() -> None:
+    callback = RngState()
+    random.seed(1)
+    np.random.seed(1)
+    torch.manual_seed(1)
+    saved = callback.state_dict()
+    expected = (random.random(), np.random.rand(), torch.rand(1).item())
+    callback.load_state_dict(saved)
+    torch.rand(5)  # e.g. a new dataloader iterator drawing its seed
+    np.random.rand(5)
+    random.random()
+    callback.on_train_batch_start(None, None, None, 0)  # type: ignore[arg-type]
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
+    torch.rand(1)
+    callback.on_train_batch_start(None, None, None, 1)  # only once after a resume
+    assert torch.rand(1).item() != expected[2]
+
+
+def test_the_shuffled_order_depends_on_seed_and_epoch_only() -> None:
+    data = list(range(50))
+    first, again, other_seed = (EpochRandomSampler(data, seed=s) for s in (7, 7, 8))
+    orders = []
+    for epoch in (0, 1):
+        for sampler in (first, again, other_seed):
+            sampler.set_epoch(epoch)
+        orders.append(list(first))
+        assert list(again) == orders[-1]
+        assert list(other_seed) != orders[-1]
+        assert sorted(orders[-1]) == data
+    assert orders[0] != orders[1]
+
+
+def test_a_restored_loader_continues_after_the_batches_it_had_served() -> None:
+    data = list(range(40))
+
+    def loader() -> ResumableDataLoader:
+        return ResumableDataLoader(data, batch_size=4, sampler=EpochRandomSampler(data, seed=0))
+
+    before = loader()
+    before.sampler.set_epoch(2)
+    batches = iter(before)
+    seen = [next(batches).tolist() for _ in range(3)]
+    state = before.state_dict()
+    rest = [b.tolist() for b in batches]
+    assert state == {"epoch": 2, "batches_served": 3}
+
+    after = loader()
+    after.load_state_dict(state)
+    assert [b.tolist() for b in after] == rest
+    assert len(after) == len(seen) + len(rest)  # Lightning still counts the whole epoch
+
+
+def test_a_crash_while_saving_keeps_the_previous_last_ckpt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    io, path = AtomicCheckpointIO(), tmp_path / "checkpoints" / "last.ckpt"
+    io.save_checkpoint({"global_step": 1, "weights": torch.ones(1000)}, path)
+    real_save = torch.save
+
+    def save_half_then_die(obj: object, handle: object, *args: object, **kwargs: object) -> None:
+        real_save(obj, handle, *args, **kwargs)
+        handle.truncate(100)  # type: ignore[attr-defined]
+        raise KeyboardInterrupt("killed while writing")
+
+    monkeypatch.setattr(torch, "save", save_half_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        io.save_checkpoint({"global_step": 2, "weights": torch.zeros(1000)}, path)
+    monkeypatch.undo()
+    assert torch.load(path, weights_only=True)["global_step"] == 1
+    assert [p.name for p in path.parent.iterdir()] == ["last.ckpt"]  # no temporary left over
+
+
+def test_ckpt_path_last_finds_the_newest_run_with_the_same_settings(tmp_path: Path) -> None:
+    def fake_run(name: str, overrides: list[str]) -> Path:
+        run_dir = tmp_path / "train" / "runs" / name
+        (run_dir / ".hydra").mkdir(parents=True)
+        (run_dir / "checkpoints").mkdir()
+        OmegaConf.save(OmegaConf.create(overrides), run_dir / ".hydra" / "overrides.yaml")
+        (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"x")
+        return run_dir
+
+    older = fake_run("a", ["model.norm=post", "seed=1"])
+    os.utime(older / "checkpoints" / "last.ckpt", (1_000_000, 1_000_000))
+    wanted = fake_run("b", ["model.norm=post", "seed=1", "trainer.max_steps=5"])
+    fake_run("c", ["model.norm=pre", "seed=1"])
+    cfg = OmegaConf.create({"paths": {"log_dir": str(tmp_path)}, "task_name": "train"})
+    # more steps, another logger: still the same run
+    found = find_last_run(cfg, ["seed=1", "model.norm=post", "trainer.max_steps=10",
+                                "logger=wandb", "ckpt_path=last"])  # fmt: skip
+    assert found == wanted
