@@ -1,4 +1,4 @@
-"""docs/add_a_variant.md really works: its ReZero class registers, builds and trains.
+"""README.md's "Add your own variant" really works: its ReZero class registers, builds and trains.
 
 The documented code runs as if pasted into ``attnlab/nn/norms.py``: in a copy
 of that module's namespace, registering into the real ``RESIDUALS``. The
@@ -19,12 +19,13 @@ import attnlab.nn.norms as norms
 from attnlab.models import ModelConfig, build_model
 from composed_runs import train_fast
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "add_a_variant.md"
+DOC = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def python_block(markdown: str) -> str:
-    """The first ```python fenced block of a Markdown text."""
-    match = re.search(r"```python\n(.*?)```", markdown, flags=re.DOTALL)
+    """The first ```python fenced block of the "Add your own variant" section."""
+    section = markdown[markdown.index("## Add your own variant") :]
+    match = re.search(r"```python\n(.*?)```", section, flags=re.DOTALL)
     assert match, f"{DOC} has no python block"
     return match.group(1)
 
