@@ -24,6 +24,7 @@ from attnlab.tasks import Seq2SeqTask
 from conftest import compose
 
 TINY = dict(d_model=32, n_heads=4, n_layers=2, dropout=0.1)
+SMALL_SYNTHETIC = ["data.train_size=64", "data.val_size=16", "data.test_size=16"]
 
 
 def reverse_data(batch_size: int = 16) -> SyntheticDataModule:
@@ -162,3 +163,31 @@ def test_nan_loss_ends_the_run_as_diverged_with_finite_last_checkpoint(
     assert all(torch.isfinite(t).all() for t in weights)
     moments = [t for state in ckpt["optimizer_states"][0]["state"].values() for t in state.values()]
     assert moments and all(torch.isfinite(t).all() for t in moments)
+
+
+@pytest.mark.parametrize(
+    "model,data",
+    [("decoder_only", "reverse"), ("encoder_only", "majority"), ("encoder_decoder", "majority"),
+     ("decoder_only", "shakespeare_char"), ("encoder_only", "shakespeare_char")],
+)  # fmt: skip
+def test_diagnostics_run_for_every_architecture_and_task(
+    tmp_path: Path, request: pytest.FixtureRequest, model: str, data: str
+) -> None:
+    if data == "shakespeare_char":
+        request.getfixturevalue("shared_data")  # skips when the real data is absent
+    from attnlab.train import train
+
+    cfg = compose([
+        f"model={model}", f"data={data}", "callbacks=diagnostics",
+        "callbacks.diagnostics.image_every_n_steps=null", "trainer.max_steps=1",
+        "trainer.limit_val_batches=0", "trainer.enable_progress_bar=false", "test=false",
+        "model.d_model=32", "data.batch_size=8",
+        *(SMALL_SYNTHETIC if data != "shakespeare_char" else ["data.block_size=32"]),
+    ], tmp_path)  # fmt: skip
+    assert train(cfg, tmp_path)["status"] == "completed"
+    with open(tmp_path / "metrics.csv", newline="") as f:
+        row = next(r for r in csv.DictReader(f) if r.get("diag/grad_ratio_last_first"))
+    stack = "encoder" if model == "encoder_only" else "decoder"
+    for key in (f"diag/attn_entropy/{stack}.1", f"diag/resid_rms/{stack}.0",
+                f"diag/update_ratio/{stack}.1", f"diag/grad_norm/{stack}.1.ffn"):  # fmt: skip
+        assert math.isfinite(float(row[key])), key
