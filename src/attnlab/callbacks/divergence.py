@@ -1,9 +1,17 @@
-"""Stop a run whose training loss is no longer a finite number.
+"""Stop a run whose training loss diverges, keeping the last good weights.
 
-A diverged run (NaN or inf loss, e.g. Post-LN without warmup at a high learning
-rate) is an outcome of the experiment, not a crash: training stops at once, and
-summary.json records ``"status": "diverged"`` with the step, so a sweep goes on and
-``attnlab-compare`` can count it.
+A non-finite training loss (or, when ``max_ratio`` is set, a loss above
+``max_ratio`` × its running minimum once ``warmup_steps`` have passed) ends the
+run with status ``diverged`` in summary.json.
+
+Why ``on_before_optimizer_step``: Lightning 2.6 runs, per optimizer step,
+training_step → ``on_before_backward(loss)`` → backward → ``on_before_optimizer_step``
+→ gradient clipping → ``optimizer.step()`` → ``on_train_batch_end``. Deciding
+before the step lets the guard drop the bad gradients (``grad = None``: torch
+optimizers skip such parameters, moments and weight decay included), so the
+weights stay those of the last good step. ``trainer.should_stop`` then makes
+Lightning run validation once more and stop; the checkpoint it saves (last.ckpt)
+holds those finite weights.
 """
 
 from __future__ import annotations
@@ -12,23 +20,68 @@ import math
 from typing import Any
 
 import lightning as L
+import torch
+from torch import Tensor
 
 
-class StopOnDivergence(L.Callback):
-    """Sets ``trainer.should_stop`` when the training loss is NaN or infinite."""
+class DivergenceGuard(L.Callback):
+    """Mark the run ``diverged`` and stop at the first non-finite (or exploding) loss.
 
-    def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-        if loss is None:
+    Sets ``trainer.attnlab_status = "diverged"`` and ``trainer.attnlab_error``
+    (e.g. ``"non-finite loss at step 3"``, the 0-based optimizer step), which
+    ``attnlab.train`` writes into summary.json; that step's update is skipped.
+    """
+
+    def __init__(self, max_ratio: float | None = None, warmup_steps: int = 100) -> None:
+        if max_ratio is not None and max_ratio <= 1:
+            raise ValueError(f"max_ratio={max_ratio} must be > 1 (or null: finiteness only)")
+        self.max_ratio = max_ratio
+        self.warmup_steps = int(warmup_steps)
+        self.running_min = math.inf
+        self.reason: str | None = None
+        self._losses: list[Tensor] = []  # this optimizer step's (micro-batch) losses
+
+    def check(self, loss: float, step: int) -> str | None:
+        """Why ``loss`` at optimizer step ``step`` counts as divergence, or None."""
+        if not math.isfinite(loss):
+            return f"non-finite loss at step {step} ({loss})"
+        if (
+            self.max_ratio is not None
+            and step >= self.warmup_steps
+            and loss > self.max_ratio * self.running_min > 0
+        ):
+            return (
+                f"loss exploded at step {step}: {loss:.4g} > {self.max_ratio:g} × its running "
+                f"minimum {self.running_min:.4g}"
+            )
+        self.running_min = min(self.running_min, loss)
+        return None
+
+    def on_before_backward(self, trainer: L.Trainer, pl_module: Any, loss: Tensor) -> None:
+        # with gradient accumulation Lightning hands over loss / accumulate_grad_batches
+        self._losses.append(loss.detach().float())
+
+    def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: Any, optimizer: Any) -> None:
+        losses, self._losses = self._losses, []
+        if not losses:
             return
-        value = float(loss)
-        if math.isfinite(value):
+        step = trainer.global_step
+        reason = self.reason or self.check(float(torch.stack(losses).sum()), step)
+        if trainer.world_size > 1:  # one rank's NaN must stop every rank at the same step
+            if trainer.strategy.reduce_boolean_decision(reason is not None, all=False):
+                reason = reason or f"non-finite loss at step {step} on another rank"
+        if reason is None:
             return
-        trainer.attnlab_status = "diverged"  # type: ignore[attr-defined]
-        trainer.attnlab_error = (  # type: ignore[attr-defined]
-            f"train/loss became {value} at step {trainer.global_step}; "
-            "lower optim.lr, raise optim.warmup_steps or keep trainer.gradient_clip_val"
-        )
+        for param in pl_module.parameters():
+            param.grad = None  # the optimizer skips this update; weights stay the last good ones
+        if self.reason is None:
+            self.reason = reason
+            trainer.attnlab_status = "diverged"  # type: ignore[attr-defined]
+            trainer.attnlab_error = reason  # type: ignore[attr-defined]
         trainer.should_stop = True
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"running_min": self.running_min}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.running_min = float(state_dict.get("running_min", math.inf))

@@ -15,7 +15,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.loggers import CSVLogger, Logger
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab.callbacks.divergence import StopOnDivergence
+from attnlab.callbacks.divergence import DivergenceGuard
 from attnlab.callbacks.resume import AtomicCheckpointIO, ContinuedCSVLogger, RngState
 from attnlab.data.base import AttnlabDataModule
 from attnlab.errors import CheckpointError, ConfigError, UserError
@@ -79,7 +79,7 @@ def build_callbacks(cfg: DictConfig) -> list[L.Callback]:
         for name, node in nodes.items()
         if node and "_target_" in node and (bar or "ProgressBar" not in str(node._target_))
     ]
-    for required in (RngState, StopOnDivergence):
+    for required in (RngState, DivergenceGuard):
         if not any(isinstance(c, required) for c in callbacks):
             callbacks.append(required())
     return callbacks

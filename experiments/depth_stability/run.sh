@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Depth and stability, Pre-LN vs Post-LN at 6, 12 and 24 layers per stack on Multi30k de→en
+# (Liu et al. 2020; Xiong et al. 2020, §3.3). First the gradient-norm profile at
+# initialisation (one batch, no training, ~1–2 min), then the training sweep (12 runs), then
+# results.md and the plots next to this script.
+#   experiments/depth_stability/run.sh
+#   PROFILE_ONLY=1 experiments/depth_stability/run.sh   # the cheap part only
+#   SWEEP=logs/study_depth/multiruns/<existing> SKIP_TRAIN=1 …/run.sh   # re-tabulate only
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+cd "$HERE/../.."
+PY="${PY:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python)}"
+SEEDS="${SEEDS:-0,1}"
+SWEEP="${SWEEP:-logs/study_depth/multiruns/$(date +%Y-%m-%d_%H-%M-%S)}"
+
+if [ -z "${SKIP_TRAIN:-}" ]; then
+  "$PY" "$HERE/grad_profile.py" --depths 6 12 24 --seeds 0 1 2 --per-layer \
+    | tee "$HERE/grad_profile_init.md"
+fi
+[ -n "${PROFILE_ONLY:-}" ] && exit 0
+
+if [ -z "${SKIP_TRAIN:-}" ]; then
+  # exit code 1 when a job did not complete; diverged deep Post-LN runs are an expected outcome
+  "$PY" -m attnlab.train -m experiment=study_depth \
+      model.n_layers=6,12,24 model.norm=pre,post seed="$SEEDS" \
+      trainer.enable_progress_bar=false hydra.sweep.dir="$SWEEP" \
+    || echo "some runs did not complete (see 'failed' in the table); comparing anyway"
+fi
+
+BY=(--by model.norm model.n_layers)
+"$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --metric test/bleu val/loss test/loss wall_s \
+    --plot "$HERE/val_loss.png" > "$HERE/results.md"
+"$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --curve-metric train/loss \
+    --plot "$HERE/train_loss.png" > /dev/null
+"$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --curve-metric diag/grad_ratio_last_first \
+    --plot "$HERE/grad_ratio.png" > /dev/null
+echo "wrote $HERE/results.md, val_loss.png, train_loss.png, grad_ratio.png (runs: $SWEEP)"
