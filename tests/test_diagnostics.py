@@ -21,7 +21,7 @@ from attnlab.callbacks.diagnostics import (
 from attnlab.callbacks.divergence import DivergenceGuard
 from attnlab.data.synthetic import SyntheticDataModule
 from attnlab.tasks import Seq2SeqTask
-from conftest import compose
+from composed_runs import compose_run as compose
 
 TINY = dict(d_model=32, n_heads=4, n_layers=2, dropout=0.1)
 SMALL_SYNTHETIC = ["data.train_size=64", "data.val_size=16", "data.test_size=16"]

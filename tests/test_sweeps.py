@@ -195,4 +195,4 @@ def test_a_nan_loss_stops_the_run_and_marks_it_diverged(
     result = train(cfg, tmp_path)
     assert result["status"] == "diverged"
     assert result["stopped_at_step"] == 1
-    assert "train/loss became nan at step 1" in result["error"]
+    assert "non-finite loss at step 0" in result["error"]

@@ -77,7 +77,9 @@ class DivergenceGuard(L.Callback):
         if self.reason is None:
             self.reason = reason
             trainer.attnlab_status = "diverged"  # type: ignore[attr-defined]
-            trainer.attnlab_error = reason  # type: ignore[attr-defined]
+            trainer.attnlab_error = (  # type: ignore[attr-defined]
+                f"{reason}; lower optim.lr, raise optim.warmup_steps or clip gradients"
+            )
         trainer.should_stop = True
 
     def state_dict(self) -> dict[str, Any]:
