@@ -28,7 +28,9 @@ CASES = [
 
 
 @pytest.mark.parametrize("arch,norm,data", CASES)
-def test_every_architecture_norm_and_task_trains_one_fast_dev_run(fast_run, arch, norm, data) -> None:
+def test_every_architecture_norm_and_task_trains_one_fast_dev_run(
+    fast_run, arch: str, norm: str, data: str
+) -> None:
     result = fast_run(f"model={arch}", f"model.norm={norm}", f"data={data}")
     assert result["status"] == "completed"
     assert result["metrics"]["test/loss"] > 0
@@ -95,30 +97,12 @@ def test_run_writes_summary_with_the_contract_fields(tmp_path: Path) -> None:
     for key in ("val/loss", "test/loss", "val/exact_match", "val/acc"):
         assert key in summary["metrics"]
     assert summary["params"] > 0 and summary["wall_s"] > 0
-    for name in ("metrics.csv", ".hydra/config.yaml", ".hydra/overrides.yaml", "checkpoints/last.ckpt"):
+    files = ("metrics.csv", ".hydra/config.yaml", ".hydra/overrides.yaml", "checkpoints/last.ckpt")
+    for name in files:
         assert (tmp_path / "run" / name).is_file(), name
 
 
-@pytest.mark.parametrize(
-    "overrides,key",
-    [
-        (["model.d_model=30", "model.n_heads=4"], "model.d_model"),
-        (["model.norm=mid"], "model.norm"),
-        (["model.pos=nonsense"], "model.pos"),
-        (["model.n_layers=0"], "model.n_layers"),
-        (["model=encoder_only", "data=reverse"], "model=encoder_only"),
-        (["model=nosuch"], "model/nosuch"),
-        (["data.batch_size=-1"], "data.batch_size"),
-    ],
-)
-def test_bad_config_exits_2_with_one_error_line(tmp_path: Path, overrides: list[str], key: str) -> None:
-    cmd = [sys.executable, "-m", "attnlab.train", *overrides, f"hydra.run.dir={tmp_path / 'run'}"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2
-    lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
-    assert key in lines[0]
-    assert "Traceback" not in done.stderr + done.stdout
+# Bad command lines (exit 2, one error line): tests/test_cli_errors.py
 
 
 @pytest.mark.slow
