@@ -14,6 +14,7 @@ from torch.utils.checkpoint import checkpoint
 
 from attnlab.models.config import ModelConfig
 from attnlab.nn.attention import AttentionInputs
+from attnlab.nn.dropout import Dropout
 from attnlab.nn.layers import DecoderLayer, EncoderLayer, LayerSpec
 from attnlab.nn.norms import RESIDUALS, make_norm
 from attnlab.nn.positions import POSITIONS
@@ -128,7 +129,7 @@ class TransformerStack(nn.Module):
         self.checkpointing = cfg.activation_checkpointing
         self.embedding = embedding
         self.positions = POSITIONS.get(cfg.pos)(cfg.d_model, cfg.n_heads, cfg.max_len, causal)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         spec = LayerSpec(
             d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.ff_dim, dropout=cfg.dropout,
             attn_dropout=cfg.attn_dropout, norm=cfg.norm, norm_type=cfg.norm_type, ffn=cfg.ffn,
