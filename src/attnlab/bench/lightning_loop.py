@@ -19,17 +19,11 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import (
-    LearningRateMonitor,
-    ModelCheckpoint,
-    RichProgressBar,
-)
 from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader
 
 from attnlab.bench.contenders import FIRST_TOKEN, BenchSize
 from attnlab.bench.timing import CLOCKS, synchronize
-from attnlab.callbacks.throughput import TokenThroughput
 from attnlab.tasks import LanguageModelTask
 
 CLIP = 1.0  # conf/trainer/default.yaml: gradient_clip_val
@@ -69,13 +63,25 @@ class _StepClock(L.Callback):
 
 
 def _normal_callbacks(run_dir: str) -> list[L.Callback]:
-    """conf/callbacks/default.yaml; the progress bar renders into a string, not the terminal."""
-    return [
-        ModelCheckpoint(dirpath=f"{run_dir}/checkpoints", save_last=True, save_top_k=0),
-        LearningRateMonitor(logging_interval="step"),
-        TokenThroughput(),
-        RichProgressBar(console_kwargs={"file": io.StringIO(), "force_terminal": True}),
-    ]
+    """The callbacks of conf/callbacks/default.yaml, as a normal run builds them.
+
+    Checkpoints go to ``run_dir`` (and only last.ckpt: no validation runs here);
+    the progress bar renders as in a terminal, into a string rather than the screen.
+    """
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from attnlab.cli.common import config_dir
+
+    callbacks = []
+    for node in OmegaConf.load(config_dir() / "callbacks" / "default.yaml").values():
+        target, extra = str(node.get("_target_", "")), {}
+        if "ModelCheckpoint" in target:
+            node.update(dirpath=f"{run_dir}/checkpoints", monitor=None, save_top_k=0)
+        if "ProgressBar" in target:
+            extra["console_kwargs"] = {"file": io.StringIO(), "force_terminal": True}
+        callbacks.append(instantiate(node, **extra))
+    return callbacks
 
 
 def lightning_fit(
