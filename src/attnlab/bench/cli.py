@@ -106,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     only = set(args.only.split(",")) if args.only else None
+    for key in sorted(only or ()):
+        if key not in RATIO_MEANING and not key.startswith("kv_cache_speedup_batch"):
+            return _fail(
+                f"--only {key} is not a result key; use some of: {', '.join(RATIO_MEANING)}"
+            )
     config = environment(device, args.clock, args.quick)
     print(f"attnlab-bench: {config['device_name']} ({args.device}), torch {config['torch']}, "
           f"{config['threads']} threads, {args.clock} clock")  # fmt: skip
