@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
@@ -34,6 +35,17 @@ def effort_for(size: BenchSize, quick: bool, device: torch.device, clock: str) -
     return effort
 
 
+def cpu_name() -> str:
+    """The CPU model (Linux: /proc/cpuinfo), else what ``platform`` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def environment(device: torch.device, clock: str, quick: bool) -> dict[str, Any]:
     try:
         import transformers
@@ -43,9 +55,9 @@ def environment(device: torch.device, clock: str, quick: bool) -> dict[str, Any]
         hf_version = None
     import lightning
 
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     return {
-        "device": device.type, "device_name": name or platform.machine(),
+        "device": device.type, "device_name": name, "cpu_count": os.cpu_count(),
         "threads": torch.get_num_threads(), "clock": clock, "quick": quick,
         "torch": torch.__version__, "lightning": lightning.__version__,
         "transformers": hf_version, "python": platform.python_version(),
