@@ -14,6 +14,7 @@ from torch.utils.checkpoint import checkpoint
 
 from attnlab.models.config import ModelConfig
 from attnlab.nn.attention import AttentionInputs
+from attnlab.nn.dropout import Dropout
 from attnlab.nn.layers import DecoderLayer, EncoderLayer, LayerSpec
 from attnlab.nn.norms import RESIDUALS, make_norm
 from attnlab.nn.positions import POSITIONS
@@ -128,7 +129,7 @@ class TransformerStack(nn.Module):
         self.checkpointing = cfg.activation_checkpointing
         self.embedding = embedding
         self.positions = POSITIONS.get(cfg.pos)(cfg.d_model, cfg.n_heads, cfg.max_len, causal)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         spec = LayerSpec(
             d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.ff_dim, dropout=cfg.dropout,
             attn_dropout=cfg.attn_dropout, norm=cfg.norm, norm_type=cfg.norm_type, ffn=cfg.ffn,
@@ -154,14 +155,22 @@ class TransformerStack(nn.Module):
         """tokens (B, T) -> hidden states (B, T, d_model).
 
         ``key_real`` marks real (non-padding) tokens; by default every token
-        that is not ``pad_id``. With a cache, tokens are the new ones only.
+        that is not ``pad_id``. A causal stack over a fresh sequence skips that
+        default: padding there trails the real tokens (attnlab's batches are
+        right-padded), causality already hides it from them, and not looking
+        keeps the fused causal kernel and avoids a host sync. Left-padded input
+        must pass ``key_real`` (generation does). With a cache, tokens are the
+        new ones only.
         """
         B, T = tokens.shape
         offset = cache.length if cache is not None else 0
         q_index = torch.arange(offset, offset + T, device=tokens.device)
         if positions is None:
             positions = q_index
-        if key_real is None:
+            self.positions.check(positions, last=offset + T - 1)
+        else:
+            self.positions.check(positions)
+        if key_real is None and (not self.causal or cache is not None):
             is_pad = tokens == self.pad_id
             key_real = ~is_pad if bool(is_pad.any()) else None
         k_positions, k_real = positions, key_real

@@ -79,6 +79,21 @@ class AttentionInputs:
     is_causal: bool = False  # pure causal, no padding: the fused kernel's fast path
 
 
+class ProjectionRows:
+    """W_Q, W_K or W_V as rows of the stacked input projection (views, no copies)."""
+
+    def __init__(self, stacked: nn.Linear, index: int, d_model: int) -> None:
+        self.stacked, self.rows = stacked, slice(index * d_model, (index + 1) * d_model)
+
+    @property
+    def weight(self) -> Tensor:
+        return self.stacked.weight[self.rows]
+
+    @property
+    def bias(self) -> Tensor:
+        return self.stacked.bias[self.rows]
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with projections W_Q, W_K, W_V and output projection W_O.
 
@@ -86,6 +101,10 @@ class MultiHeadAttention(nn.Module):
     K and V projected from the encoder output (§3.2.3). ``cache`` (a dict per
     layer) holds keys/values of earlier steps for incremental decoding, and the
     projected encoder K/V so they are computed once per sequence.
+
+    W_Q, W_K and W_V are stored stacked in one (3·d_model, d_model) matrix, as in
+    GPT-2 and ``nn.MultiheadAttention``, so self-attention projects with one matrix
+    product; ``q_proj``, ``k_proj``, ``v_proj`` give each as a view.
     """
 
     def __init__(
@@ -93,14 +112,33 @@ class MultiHeadAttention(nn.Module):
     ) -> None:
         super().__init__()
         assert d_model % n_heads == 0, "d_model must be divisible by n_heads"
-        self.n_heads, self.d_head, self.impl = n_heads, d_model // n_heads, impl
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
+        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
+        self.impl = impl
+        self.in_proj = nn.Linear(d_model, 3 * d_model)  # [W_Q; W_K; W_V]
         self.out_proj = nn.Linear(d_model, d_model)  # W_O
         self.dropout = dropout
         self.last_weights: Tensor | None = None  # filled when record_weights is set
         self.record_weights = False
+
+    @property
+    def q_proj(self) -> ProjectionRows:
+        return ProjectionRows(self.in_proj, 0, self.d_model)
+
+    @property
+    def k_proj(self) -> ProjectionRows:
+        return ProjectionRows(self.in_proj, 1, self.d_model)
+
+    @property
+    def v_proj(self) -> ProjectionRows:
+        return ProjectionRows(self.in_proj, 2, self.d_model)
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: object) -> None:
+        # checkpoints written before W_Q, W_K, W_V were stacked
+        if f"{prefix}q_proj.weight" in state_dict:
+            for kind in ("weight", "bias"):
+                parts = [state_dict.pop(f"{prefix}{n}_proj.{kind}") for n in "qkv"]
+                state_dict[f"{prefix}in_proj.{kind}"] = torch.cat(parts)
+        super()._load_from_state_dict(state_dict, prefix, *args)  # type: ignore[arg-type]
 
     def _heads(self, x: Tensor) -> Tensor:
         B, T, _ = x.shape
@@ -113,16 +151,9 @@ class MultiHeadAttention(nn.Module):
         memory: Tensor | None = None,
         cache: dict[str, Tensor] | None = None,
     ) -> Tensor:
-        q = self._heads(self.q_proj(x))
-        if memory is not None:  # cross-attention: K, V from the encoder output
-            if cache is not None and "cross_k" in cache:
-                k, v = cache["cross_k"], cache["cross_v"]
-            else:
-                k, v = self._heads(self.k_proj(memory)), self._heads(self.v_proj(memory))
-                if cache is not None:
-                    cache["cross_k"], cache["cross_v"] = k, v
-        else:
-            k, v = self._heads(self.k_proj(x)), self._heads(self.v_proj(x))
+        d, weight, bias = self.d_model, self.in_proj.weight, self.in_proj.bias
+        if memory is None:  # self-attention: Q, K, V in one matrix product
+            q, k, v = (self._heads(t) for t in self.in_proj(x).split(d, dim=-1))
             if inputs.rope is not None:
                 q, k = apply_rotary(q, *inputs.rope), apply_rotary(k, *inputs.rope)
             if cache is not None:
@@ -130,6 +161,15 @@ class MultiHeadAttention(nn.Module):
                     k = torch.cat([cache["k"], k], dim=2)
                     v = torch.cat([cache["v"], v], dim=2)
                 cache["k"], cache["v"] = k, v
+        else:  # cross-attention: K, V from the encoder output
+            q = self._heads(F.linear(x, weight[:d], bias[:d]))
+            if cache is not None and "cross_k" in cache:
+                k, v = cache["cross_k"], cache["cross_v"]
+            else:
+                kv = F.linear(memory, weight[d:], bias[d:]).split(d, dim=-1)
+                k, v = (self._heads(t) for t in kv)
+                if cache is not None:
+                    cache["cross_k"], cache["cross_v"] = k, v
         dropout_p = self.dropout if self.training else 0.0
         if self.impl == "math" or self.record_weights:
             out, weights = math_attention(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnlab.nn.dropout import Dropout
 from attnlab.registry import Registry
 
 FEEDFORWARDS: Registry[type[nn.Module]] = Registry("model.ffn")
@@ -32,7 +33,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff)  # W₁
         self.linear2 = nn.Linear(d_ff, d_model)  # W₂ (a residual output projection)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
@@ -54,7 +55,7 @@ class SwiGLU(nn.Module):
         self.gate = nn.Linear(d_model, d_ff, bias=False)  # W₁
         self.linear1 = nn.Linear(d_model, d_ff, bias=False)  # V
         self.linear2 = nn.Linear(d_ff, d_model, bias=False)  # W₂
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(self.dropout(F.silu(self.gate(x)) * self.linear1(x)))

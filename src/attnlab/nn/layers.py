@@ -78,7 +78,8 @@ class DecoderLayer(nn.Module):
     ) -> Tensor:
         x = self.attn_residual(x, lambda h: self.self_attn(h, inputs, cache=cache))
         if self.cross_attn is not None:
-            assert memory is not None and memory_inputs is not None and self.cross_residual
+            assert memory is not None and memory_inputs is not None
+            assert self.cross_residual is not None
             x = self.cross_residual(
                 x, lambda h: self.cross_attn(h, memory_inputs, memory=memory, cache=cache)
             )

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from torch import Tensor, nn
 
+from attnlab.nn.dropout import Dropout
 from attnlab.registry import Registry
 
 NORM_TYPES: Registry[type[nn.Module]] = Registry("model.norm_type")
@@ -38,7 +39,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, norm_type: str, dropout: float, alpha: float = 1.0) -> None:
         super().__init__()
         self.norm = make_norm(norm_type, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor, sublayer: Sublayer) -> Tensor:
         raise NotImplementedError

@@ -38,6 +38,10 @@ class Positions(nn.Module):
     def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
         return None
 
+    def check(self, pos: Tensor, last: int | None = None) -> None:
+        """Raise ValueError for positions this scheme cannot encode. ``last``: the largest
+        position when the caller knows it, so the tensor need not be read (no host sync)."""
+
 
 POSITIONS.register("none")(Positions)
 
@@ -77,12 +81,15 @@ class LearnedPositions(Positions):
         super().__init__(d_model, n_heads, max_len, causal)
         self.table = nn.Embedding(max_len, d_model)
 
-    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
-        if int(pos.max()) >= self.max_len:
+    def check(self, pos: Tensor, last: int | None = None) -> None:
+        last = int(pos.max()) if last is None else last
+        if last >= self.max_len:
             raise ValueError(
-                f"position {int(pos.max())} exceeds model.max_len={self.max_len}; "
+                f"position {last} exceeds model.max_len={self.max_len}; "
                 "raise model.max_len or use a relative scheme"
             )
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         return x + self.table(pos)
 
 

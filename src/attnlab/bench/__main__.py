@@ -1,0 +1,5 @@
+import sys
+
+from attnlab.bench.cli import main
+
+sys.exit(main())

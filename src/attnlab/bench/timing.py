@@ -1,0 +1,86 @@
+"""Interleaved timing: contenders take turns (A B A B …), medians are compared.
+
+On a shared or thermally throttled machine, speed drifts over seconds; timing
+A for a minute and then B for a minute would put that drift into the ratio.
+Taking turns exposes both contenders to the same conditions, and the median
+over rounds ignores the rounds that another process disturbed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+Step = Callable[[], object]
+
+
+@dataclass
+class Timing:
+    """Seconds per call of each contender, one entry per round."""
+
+    samples: dict[str, list[float]] = field(default_factory=dict)
+
+    def median(self, name: str) -> float:
+        return statistics.median(self.samples[name])
+
+    def ratio(self, numerator: str, denominator: str) -> float:
+        """median(numerator) / median(denominator)."""
+        return self.median(numerator) / self.median(denominator)
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        return {
+            name: {
+                "median_s": statistics.median(times),
+                "min_s": min(times),
+                "max_s": max(times),
+                "rounds": len(times),
+            }
+            for name, times in self.samples.items()
+        }
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued kernels, so a timer measures work done rather than work queued."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+CLOCKS: dict[str, Callable[[], float]] = {
+    "wall": time.perf_counter,
+    # CPU seconds of this process: on a shared machine, time other processes take from
+    # a single-threaded run does not count (with several threads, spinning does)
+    "cpu": time.process_time,
+}
+
+
+def interleave(
+    contenders: dict[str, Step],
+    rounds: int,
+    calls_per_round: int = 1,
+    warmup: int = 1,
+    device: torch.device | None = None,
+    clock: str = "wall",
+) -> Timing:
+    """Time every contender ``rounds`` times, taking turns; each turn makes ``calls_per_round``
+    calls and records seconds per call. ``warmup`` untimed calls first (allocation, caches)."""
+    device, now = device or torch.device("cpu"), CLOCKS[clock]
+    for step in contenders.values():
+        for _ in range(warmup):
+            step()
+    synchronize(device)
+    timing = Timing({name: [] for name in contenders})
+    names = list(contenders)
+    for i in range(rounds):
+        # A B, B A, A B, …: neither contender always runs right after the other
+        for name in names if i % 2 == 0 else reversed(names):
+            step = contenders[name]
+            start = now()
+            for _ in range(calls_per_round):
+                step()
+            synchronize(device)
+            timing.samples[name].append((now() - start) / calls_per_round)
+    return timing

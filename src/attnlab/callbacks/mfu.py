@@ -1,0 +1,116 @@
+"""Model FLOPs utilisation: the FLOPs a step needs, over what the device could do.
+
+    MFU = flops_per_token · tokens/s ÷ peak FLOP/s        (PaLM, Chowdhery et al. 2022, App. B)
+
+``flops_per_token`` counts the matrix products of the architecture actually
+configured — projections, attention scores and weighted sums, feed-forward,
+output layer; for an encoder-decoder also the cross-attention — at the given
+sequence lengths. Multiply-add = 2 FLOPs; training (forward + backward) = 3 ×
+forward. For a decoder-only model with d_ff = 4·d_model this is PaLM's
+6·N + 12·L·d·T (N = parameters in matrices, T = sequence length); like PaLM and
+nanoGPT, attention counts the full T×T score matrix even when causal. Norms,
+activations, softmax and position schemes are elementwise and not counted.
+
+``peak_flops`` is the datasheet's dense (no 2:4 sparsity) tensor-core peak for
+a device named by ``torch.cuda.get_device_name()``. No peak is claimed for CPUs.
+"""
+
+from __future__ import annotations
+
+import re
+
+from attnlab.models.config import ModelConfig
+
+TERA = 1e12
+
+# (pattern in torch.cuda.get_device_name(), {precision: dense peak TFLOP/s}); first match wins,
+# so more specific names come before the names they contain
+PEAK_TFLOPS: tuple[tuple[str, dict[str, float]], ...] = (
+    (r"H100 NVL", {}),  # not claimed: its datasheet figures are per card pair
+    (r"H100.*(PCIe|PCIE)", {"bf16": 756.0, "fp16": 756.0, "tf32": 378.0, "fp32": 51.0}),
+    (r"H100", {"bf16": 989.0, "fp16": 989.0, "tf32": 494.0, "fp32": 67.0}),  # SXM
+    (r"H200", {"bf16": 989.0, "fp16": 989.0, "tf32": 494.0, "fp32": 67.0}),
+    (r"A100", {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5}),
+    (r"L40S", {"bf16": 362.0, "fp16": 362.0, "fp32": 91.6}),
+    (r"\bL4\b", {"bf16": 121.0, "fp16": 121.0, "fp32": 30.3}),
+    (r"A10G", {"bf16": 125.0, "fp16": 125.0, "fp32": 31.2}),  # AWS's A10; the A10's figures
+    (r"\bA10\b", {"bf16": 125.0, "fp16": 125.0, "fp32": 31.2}),
+    (r"V100", {"fp16": 125.0, "fp32": 15.7}),  # SXM2; no bf16 on Volta
+    (r"\bT4\b", {"fp16": 65.0, "fp32": 8.1}),  # no bf16 on Turing
+    (r"RTX 4090", {"bf16": 165.0, "fp16": 165.0, "fp32": 82.6}),  # fp32 accumulate
+)
+
+
+def precision_key(precision: str) -> str:
+    """Lightning's precision names ("bf16-mixed", "16-mixed", "32-true", …) -> table keys."""
+    text = str(precision).lower()
+    if "bf16" in text:
+        return "bf16"
+    if "tf32" in text:
+        return "tf32"
+    if text.startswith("16") or "fp16" in text:
+        return "fp16"
+    return "fp32"
+
+
+def peak_flops(device_name: str, precision: str = "bf16") -> float | None:
+    """Dense peak FLOP/s of a GPU at a precision, or None when not known (and for CPUs)."""
+    key = precision_key(precision)
+    for pattern, peaks in PEAK_TFLOPS:
+        if re.search(pattern, device_name):
+            return peaks[key] * TERA if key in peaks else None
+    return None
+
+
+def _ffn(cfg: ModelConfig) -> int:
+    """Forward FLOPs of the feed-forward network per token."""
+    matrices = 3 if cfg.ffn == "swiglu" else 2
+    return 2 * matrices * cfg.d_model * cfg.ff_dim
+
+
+def _self_attention_stack(cfg: ModelConfig, length: int, layers: int) -> int:
+    """Forward FLOPs of ``layers`` self-attention layers over a sequence of ``length``."""
+    d = cfg.d_model
+    per_token = 2 * 4 * d * d + 2 * 2 * length * d + _ffn(cfg)  # W_QKV,W_O; QKᵀ,AV; FFN
+    return layers * length * per_token
+
+
+def _cross_attention(cfg: ModelConfig, src_len: int, tgt_len: int, layers: int) -> int:
+    """Forward FLOPs the cross-attention sublayers add to a decoder."""
+    d = cfg.d_model
+    queries = tgt_len * (2 * 2 * d * d + 2 * 2 * src_len * d)  # W_Q, W_O; QKᵀ, AV
+    memory = src_len * 2 * 2 * d * d  # W_K, W_V on the encoder output
+    return layers * (queries + memory)
+
+
+def forward_flops(cfg: ModelConfig, src_len: int, tgt_len: int) -> int:
+    """Forward FLOPs of one example: ``src_len`` source and ``tgt_len`` target tokens.
+
+    decoder_only and encoder_only read one sequence of src_len + tgt_len tokens
+    (a language model: src_len = 0); encoder_decoder encodes src_len tokens and
+    decodes tgt_len. The output layer is applied at every decoded position.
+    """
+    output_layer = 2 * cfg.d_model * cfg.vocab_size
+    if cfg.name == "encoder_decoder":
+        encoder = _self_attention_stack(cfg, src_len, cfg.encoder_layers)
+        decoder = _self_attention_stack(cfg, tgt_len, cfg.decoder_layers)
+        cross = _cross_attention(cfg, src_len, tgt_len, cfg.decoder_layers)
+        return encoder + decoder + cross + tgt_len * output_layer
+    length = src_len + tgt_len
+    return _self_attention_stack(cfg, length, cfg.n_layers) + length * output_layer
+
+
+def flops_per_token(cfg: ModelConfig, src_len: int, tgt_len: int, training: bool = True) -> float:
+    """FLOPs per token (source + target tokens, as the throughput callback counts them)
+    of a training step (forward + backward = 3 × forward), or of a forward pass."""
+    tokens = src_len + tgt_len
+    if tokens <= 0:
+        raise ValueError("src_len + tgt_len must be positive")
+    return (3 if training else 1) * forward_flops(cfg, src_len, tgt_len) / tokens
+
+
+def mfu(tokens_per_sec: float, flops_per_token: float, peak: float | None) -> float | None:
+    """Achieved FLOP/s over the peak; None without a known peak."""
+    if not peak:
+        return None
+    return tokens_per_sec * flops_per_token / peak

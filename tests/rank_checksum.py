@@ -1,0 +1,29 @@
+"""A test-only callback: each DDP rank writes a checksum of its final parameters.
+
+Loaded by tests/test_ddp.py into a training subprocess through
+``+callbacks.rank_checksum._target_=rank_checksum.ParameterChecksum``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+
+
+class ParameterChecksum(L.Callback):
+    """On train end: ``param_checksum_rank<r>.json`` (sha256 of every parameter) in the run dir."""
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: Any) -> None:
+        digest = hashlib.sha256()
+        for name, param in sorted(pl_module.named_parameters()):
+            digest.update(name.encode())
+            digest.update(param.detach().cpu().to(torch.float64).numpy().tobytes())
+        path = Path(trainer.default_root_dir) / f"param_checksum_rank{trainer.global_rank}.json"
+        record = {"rank": trainer.global_rank, "world_size": trainer.world_size,
+                  "step": trainer.global_step, "sha256": digest.hexdigest()}  # fmt: skip
+        path.write_text(json.dumps(record))

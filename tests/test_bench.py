@@ -1,0 +1,123 @@
+"""attnlab-bench (interleaved timing, ratios, JSON) and scripts/gpu_check.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnlab.bench import main
+from attnlab.bench.cases import Effort, decoder_only_vs_hf_gpt2, meets_target
+from attnlab.bench.contenders import SIZES
+from attnlab.bench.timing import interleave
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_contenders_take_turns_and_alternate_who_goes_first() -> None:
+    calls: list[str] = []
+    steps = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+    timing = interleave(steps, rounds=3, calls_per_round=2, warmup=1)
+    assert calls == ["a", "b"] + ["a", "a", "b", "b"] + ["b", "b", "a", "a"] + ["a", "a", "b", "b"]
+    assert len(timing.samples["a"]) == len(timing.samples["b"]) == 3
+
+
+def test_ratio_is_a_ratio_of_medians() -> None:
+    timing = interleave({"a": lambda: None, "b": lambda: None}, rounds=3)
+    timing.samples = {"a": [1.0, 9.0, 2.0], "b": [4.0, 4.0, 100.0]}
+    assert timing.ratio("a", "b") == pytest.approx(0.5)
+    assert timing.summary()["b"] == {"median_s": 4.0, "min_s": 4.0, "max_s": 100.0, "rounds": 3}
+
+
+def test_targets_point_the_right_way() -> None:
+    assert meets_target("decoder_only_vs_hf_gpt2", 0.7) and not meets_target(
+        "decoder_only_vs_hf_gpt2", 0.9
+    )
+    assert meets_target("kv_cache_speedup", 6.0) and not meets_target("kv_cache_speedup", 4.0)
+    assert meets_target("sdpa_vs_math", 1.3) is None
+
+
+def test_quick_run_writes_ratios_medians_and_configuration(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "bench.json"
+    threads = torch.get_num_threads()
+    try:
+        code = main(["--quick", "--sizes", "tiny", "--only", "sdpa_vs_math", "--json", str(out),
+                     "--threads", "1", "--clock", "cpu"])  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0
+    report = json.loads(out.read_text())
+    result = report["results"]["tiny"]["sdpa_vs_math"]
+    assert report["ratios"]["tiny"]["sdpa_vs_math"] == result["ratio"] > 0
+    assert set(result["contenders"]) == {"sdpa", "math"}
+    assert result["contenders"]["sdpa"]["median_s"] > 0
+    config = report["config"]
+    assert config["torch"] == torch.__version__ and config["threads"] == 1
+    assert config["device"] == "cpu" and config["clock"] == "cpu"
+    assert config["sizes"]["tiny"]["d_model"] == SIZES["tiny"].d_model
+    assert "sdpa_vs_math" in capsys.readouterr().out
+
+
+def test_missing_transformers_skips_that_contender_with_a_message(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import fails
+    result = decoder_only_vs_hf_gpt2(SIZES["tiny"], Effort())
+    assert "transformers is not installed" in result["skipped"]
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [(["--sizes", "huge"], "--sizes huge is not a size"),
+     (["--device", "cuda"], "--device cuda"),
+     (["--only", "nonsense"], "--only nonsense is not a result key")],
+)  # fmt: skip
+def test_bad_arguments_end_with_one_error_line(argv: list[str], message: str, capsys) -> None:
+    if argv[0] == "--device" and torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible")
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and message in err and "\n" not in err
+
+
+def test_console_script_and_module_entry_point() -> None:
+    assert 'attnlab-bench = "attnlab.bench:main"' in (REPO / "pyproject.toml").read_text()
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    done = subprocess.run([sys.executable, "-m", "attnlab.bench", "--help"], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0 and "--quick" in done.stdout
+
+
+@pytest.mark.slow
+def test_every_comparison_runs_at_a_tiny_size(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    done = subprocess.run(
+        [sys.executable, "-m", "attnlab.bench", "--quick", "--sizes", "tiny", "--json", str(out)],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    ratios = json.loads(out.read_text())["ratios"]["tiny"]
+    expected = {"decoder_only_vs_hf_gpt2", "encoder_decoder_vs_torch_transformer",
+                "lightning_overhead", "kv_cache_speedup", "sdpa_vs_math"}  # fmt: skip
+    assert expected <= set(ratios)
+    assert all(r is None or r > 0 for r in ratios.values())
+    assert json.loads(out.read_text())["results"]["tiny"]["kv_cache_speedup"]["outputs_match"]
+
+
+@pytest.mark.slow
+def test_gpu_check_runs_tiny_on_cpu(tmp_path: Path) -> None:
+    out = tmp_path / "gpu_check.json"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "gpu_check.py"), "--tiny", "--device", "cpu",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    assert result["tokens_per_sec"] > 0 and result["flops_per_token"] > 0
+    assert result["mfu"] is None  # no peak is claimed for a CPU
+    assert "tokens/s" in done.stdout
