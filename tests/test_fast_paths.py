@@ -143,10 +143,12 @@ def test_norms_biases_and_embeddings_are_not_weight_decayed() -> None:
     assert "model.decoder.positions.table.weight" in not_decayed
 
 
-def test_adamw_is_not_fused_on_cpu_unless_asked() -> None:
+def test_adamw_is_fused_by_default_and_not_when_asked() -> None:
     model = dict(name="decoder_only", vocab_size=30, d_model=32, n_heads=4, n_layers=1)
     optimizer = LanguageModelTask(model=model).configure_optimizers()["optimizer"]
-    assert not optimizer.defaults["fused"]
+    assert optimizer.defaults["fused"]
+    plain = LanguageModelTask(model=model, optim={"fused": False}).configure_optimizers()
+    assert not plain["optimizer"].defaults["fused"]
 
 
 @pytest.mark.slow

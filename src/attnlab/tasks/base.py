@@ -34,7 +34,7 @@ class OptimConfig:
     schedule: str = "cosine"
     min_lr: float = 0.0  # cosine floor
     decay_steps: int | None = None  # None: the trainer's total number of steps
-    fused: bool | None = None  # None: fused AdamW on CUDA
+    fused: bool | None = None  # None: fused where Lightning can still clip gradients
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)  # type: ignore[assignment]
@@ -128,7 +128,6 @@ class Task(L.LightningModule):
         for name, param in self.named_parameters():
             if param.requires_grad:
                 (no_decay if _no_decay(name, param) else decay).append(param)
-        on_cuda = any(p.is_cuda for p in decay)
         optimizer = torch.optim.AdamW(
             [
                 {"params": decay, "weight_decay": cfg.weight_decay},
@@ -137,7 +136,7 @@ class Task(L.LightningModule):
             lr=cfg.lr,
             betas=cfg.betas,
             eps=cfg.eps,
-            fused=on_cuda if cfg.fused is None else cfg.fused,
+            fused=self._fused(decay + no_decay),
         )
         total = cfg.decay_steps or self._total_steps()
         d_model = self.model_cfg.d_model
@@ -146,6 +145,22 @@ class Task(L.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": schedule, "interval": "step"},
         }
+
+    def _fused(self, params: list[Tensor]) -> bool:
+        """Fused AdamW (one kernel for all tensors; ~5x faster steps on CPU too), except
+        where Lightning cannot clip its gradients: mixed precision with clipping."""
+        trainer = self._trainer
+        mixed = trainer is not None and str(trainer.precision).endswith("-mixed")
+        clipping = trainer is not None and bool(trainer.gradient_clip_val)
+        if self.optim_cfg.fused is not None:
+            if self.optim_cfg.fused and mixed and clipping:
+                raise ConfigError(
+                    "optim.fused=true cannot be combined with gradient clipping under mixed "
+                    "precision; set optim.fused=null (auto) or trainer.gradient_clip_val=0"
+                )
+            return bool(self.optim_cfg.fused)
+        supported = all(p.device.type in ("cpu", "cuda") for p in params)
+        return supported and not (mixed and clipping)
 
     def _total_steps(self) -> int:
         try:
