@@ -111,3 +111,28 @@ def test_lightning_precision_names_map_to_table_keys() -> None:
 def test_mfu_is_achieved_over_peak() -> None:
     assert mfu(1000.0, 3e9, 1e13) == pytest.approx(0.3)
     assert mfu(1000.0, 3e9, None) is None
+
+
+def test_throughput_callback_logs_mfu_when_a_peak_is_given(tmp_path) -> None:  # noqa: ANN001
+    import csv
+
+    import lightning as L
+    from lightning.pytorch.loggers import CSVLogger
+
+    from attnlab.callbacks.throughput import TokenThroughput
+    from attnlab.data.synthetic import SyntheticDataModule
+    from attnlab.tasks import Seq2SeqTask
+
+    data = SyntheticDataModule(kind="copy", train_size=128, val_size=8, test_size=8, batch_size=8)
+    data.setup()
+    task = Seq2SeqTask(model=dict(name="encoder_decoder", vocab_size=data.vocab_size, d_model=16,
+                                  n_heads=2, n_layers=1))  # fmt: skip
+    trainer = L.Trainer(
+        max_steps=12, log_every_n_steps=2, logger=CSVLogger(tmp_path, name="", version=""),
+        callbacks=[TokenThroughput(warmup_steps=1, peak_flops=1e9)], enable_progress_bar=False,
+        enable_checkpointing=False, limit_val_batches=0, enable_model_summary=False,
+    )  # fmt: skip
+    trainer.fit(task, datamodule=data)
+    with open(tmp_path / "metrics.csv", newline="") as f:
+        values = [float(r["perf/mfu"]) for r in csv.DictReader(f) if r.get("perf/mfu")]
+    assert values and all(0 < v < 1e3 for v in values)

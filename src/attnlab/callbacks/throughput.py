@@ -6,42 +6,60 @@ import time
 from typing import Any
 
 import lightning as L
+import torch
+
+from attnlab.callbacks.mfu import peak_flops
 
 
 class TokenThroughput(L.Callback):
-    """Logs ``perf/tokens_per_sec`` over each logging window; keeps the run's average.
+    """Logs ``perf/tokens_per_sec`` over each logging window, and ``perf/mfu`` where the
+    device's peak FLOP/s is known (GPUs in the table of :mod:`attnlab.callbacks.mfu`;
+    none is claimed for CPUs); keeps the run's average tokens per second.
 
     The first ``warmup_steps`` steps (allocation, compilation) are not counted.
     """
 
-    def __init__(self, warmup_steps: int = 3) -> None:
+    def __init__(self, warmup_steps: int = 3, peak_flops: float | None = None) -> None:
+        """``peak_flops``: the device's peak FLOP/s, for a device the table does not know
+        (a CPU whose peak you measured); None looks the GPU up by name."""
         self.warmup_steps = warmup_steps
+        self.given_peak = peak_flops
         self.tokens_per_sec: float | None = None
         self._tokens = 0
         self._seconds = 0.0
         self._window_tokens = 0
         self._window_seconds = 0.0
         self._start: float | None = None
+        self._window_flops = 0.0
+        self.peak: float | None = None
 
-    def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: Any, batch: Any, batch_idx: int
-    ) -> None:
-        self._start = time.perf_counter()
+    def on_fit_start(self, trainer: L.Trainer, pl_module: Any) -> None:
+        device = pl_module.device
+        self.peak = self.given_peak
+        if self.peak is None and device.type == "cuda":
+            self.peak = peak_flops(torch.cuda.get_device_name(device), str(trainer.precision))
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if self._start is None:
+        # a whole step, data loading included: from the previous step's end to this one's
+        now, previous, self._start = time.perf_counter(), self._start, time.perf_counter()
+        if previous is None or trainer.global_step <= self.warmup_steps:
             return
-        elapsed = time.perf_counter() - self._start
-        if trainer.global_step <= self.warmup_steps:
-            return
+        elapsed = now - previous
         tokens = pl_module.tokens_in_batch(batch) * trainer.world_size
         self._tokens += tokens
         self._seconds += elapsed
         self._window_tokens += tokens
         self._window_seconds += elapsed
+        if self.peak:
+            self._window_flops += pl_module.flops_in_batch(batch)
         if trainer.global_step % max(1, trainer.log_every_n_steps) == 0 and self._window_seconds:
             pl_module.log("perf/tokens_per_sec", self._window_tokens / self._window_seconds)
-            self._window_tokens, self._window_seconds = 0, 0.0
+            if self.peak:  # per device: each rank's FLOPs over its own peak
+                pl_module.log("perf/mfu", self._window_flops / self._window_seconds / self.peak)
+            self._window_tokens, self._window_seconds, self._window_flops = 0, 0.0, 0.0
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: Any) -> None:
+        self._start = None  # the step that follows validation is not counted
         self.tokens_per_sec = self._tokens / self._seconds if self._seconds else None

@@ -122,6 +122,18 @@ class Task(L.LightningModule):
         """Tokens processed in one step, for throughput and MFU."""
         return sum(int(v.numel()) for k, v in batch.items() if v.dim() == 2)
 
+    def flops_in_batch(self, batch: dict[str, Tensor]) -> float:
+        """Training FLOPs of one step on ``batch`` (padded shapes), for MFU."""
+        from attnlab.callbacks.mfu import forward_flops
+
+        src_len, tgt_len = self.sequence_lengths(batch)
+        rows = next(iter(batch.values())).size(0)
+        return 3.0 * rows * forward_flops(self.model_cfg, src_len, tgt_len)
+
+    def sequence_lengths(self, batch: dict[str, Tensor]) -> tuple[int, int]:
+        """(source, target) lengths the model reads for ``batch``; tasks override."""
+        return 0, int(next(iter(batch.values())).size(1))
+
     def configure_optimizers(self) -> dict[str, Any]:
         cfg = self.optim_cfg
         decay, no_decay = [], []

@@ -56,6 +56,10 @@ class ClassificationTask(Task):
     def forward(self, input_ids: Tensor) -> Tensor:
         return self.head(self.pooled(input_ids))  # (B, num_classes)
 
+    def sequence_lengths(self, batch: dict[str, Tensor]) -> tuple[int, int]:
+        length = batch["input_ids"].size(1)
+        return (length, 1) if isinstance(self.model, EncoderDecoder) else (0, length)
+
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         loss = self.loss(self(batch["input_ids"]), batch["labels"])
         self.log("train/loss", loss, prog_bar=True, batch_size=batch["labels"].size(0))

@@ -68,6 +68,9 @@ class LanguageModelTask(Task):
             )
         return tokens[:, :-1], tokens[:, 1:]
 
+    def sequence_lengths(self, batch: dict[str, Tensor]) -> tuple[int, int]:
+        return 0, batch["tokens"].size(1) - 1
+
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         inputs, labels = self.inputs_and_labels(batch["tokens"])
         loss = self.loss(self.model(inputs), labels)

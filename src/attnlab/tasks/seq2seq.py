@@ -109,6 +109,12 @@ class Seq2SeqTask(Task):
         prefix = prefix_len if self.model_cfg.prefix_lm else None
         return self.model(seq, prefix_len=prefix), labels
 
+    def sequence_lengths(self, batch: dict[str, Tensor]) -> tuple[int, int]:
+        S, T = batch["src"].size(1), batch["tgt"].size(1)
+        if isinstance(self.model, EncoderDecoder):
+            return S, T + 1  # BOS + target
+        return 0, S + T + 2  # source SEP target EOS
+
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         logits, labels = self(batch["src"], batch["tgt"])
         loss = self.loss(logits, labels)
