@@ -23,14 +23,11 @@ when the run trained on a GPU and one is visible), ``raw``; and ``decode.*``:
 from __future__ import annotations
 
 import sys
-import warnings
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from omegaconf.errors import OmegaConfBaseException
-
-from attnlab.cli.common import quiet_environment, user_errors
+from attnlab.cli.common import run_key_value_command
 from attnlab.errors import ConfigError
 
 OPTIONS: dict[str, Any] = {
@@ -261,21 +258,7 @@ def complete(
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; returns the process exit code."""
-    quiet_environment()
-    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
-    try:
-        with user_errors():
-            args = list(sys.argv[1:] if argv is None else argv)
-            if {"-h", "--help"} & set(args):
-                print(__doc__)
-                return 0
-            try:
-                return run(args)
-            except OmegaConfBaseException as exc:  # a value the saved config cannot resolve
-                message = " ".join(str(exc).split())
-                raise ConfigError(f"{message}; fix or override that key") from None
-    except SystemExit as exc:  # user_errors printed one `error: …` line
-        return int(exc.code or 0)
+    return run_key_value_command(run, argv, __doc__)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ import contextlib
 import os
 import sys
 import uuid
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -71,3 +72,29 @@ def quiet_environment() -> None:
     """Defaults that keep runs non-interactive and offline-safe."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
+
+
+def run_key_value_command(
+    run: Callable[[list[str]], int], argv: list[str] | None, usage: str | None
+) -> int:
+    """Shared body of the ``key=value`` entry points (eval, generate): help, one-line errors."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    from attnlab.errors import ConfigError
+
+    quiet_environment()
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    try:
+        with user_errors():
+            args = list(sys.argv[1:] if argv is None else argv)
+            if {"-h", "--help"} & set(args):
+                print(usage)
+                return 0
+            try:
+                return run(args)
+            except OmegaConfBaseException as exc:  # a value the saved config cannot resolve
+                message = " ".join(str(exc).split())
+                raise ConfigError(f"{message}; fix or override that key") from None
+    except SystemExit as exc:  # user_errors printed one `error: …` line
+        return int(exc.code or 0)
