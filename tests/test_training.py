@@ -41,6 +41,34 @@ def test_incompatible_architecture_and_task_is_refused_before_building(fast_run)
         fast_run("model=encoder_only", "data=reverse")
 
 
+def test_prefix_lm_is_refused_for_language_modelling_data() -> None:
+    from attnlab.tasks import check_compatible
+
+    with pytest.raises(ConfigError, match="model.prefix_lm=true"):
+        check_compatible("decoder_only", "lm", prefix_lm=True)
+    check_compatible("decoder_only", "classification", prefix_lm=True)
+    check_compatible("decoder_only", "seq2seq", prefix_lm=True)
+
+
+def test_prefix_lm_classifier_sees_the_whole_input_bidirectionally() -> None:
+    from attnlab.tasks.classification import ClassificationTask
+
+    model = dict(name="decoder_only", vocab_size=30, d_model=32, n_heads=4, n_layers=2,
+                 dropout=0.0, prefix_lm=True)  # fmt: skip
+    torch.manual_seed(0)
+    task = ClassificationTask(model=model, optim={}, num_classes=2).eval()
+    ids = torch.tensor([[7, 8, 9, 10, 0, 0], [11, 12, 13, 14, 15, 16]])  # right-padded
+    lengths = (ids != 0).sum(1)
+    with torch.no_grad():
+        pooled = task.pooled(ids)
+        hidden = task.model.hidden(ids, prefix_len=lengths)
+        causal = task.model.hidden(ids)
+        alone = task.pooled(ids[:1, :4])
+    torch.testing.assert_close(pooled, hidden[torch.arange(2), lengths - 1])
+    assert not torch.allclose(pooled, causal[torch.arange(2), lengths - 1])
+    torch.testing.assert_close(pooled[:1], alone, atol=1e-5, rtol=1e-5)  # padding never seen
+
+
 def test_teacher_forcing_shifts_target_right_and_appends_eos() -> None:
     tgt = torch.tensor([[7, 8, 9], [7, 0, 0]])
     decoder_in, labels = teacher_forcing(tgt)

@@ -3,6 +3,7 @@
 # Multi30k de→en (Raffel et al. 2020, §3.2, Table 2). Runs the sweep (4 variants × 3 seeds = 12
 # runs), then writes results.md and the plots next to this script.
 #   experiments/architecture_comparison/run.sh
+#   experiments/architecture_comparison/run.sh hydra/launcher=joblib hydra.launcher.n_jobs=2  # 2 at once
 #   SWEEP=logs/study_architectures/multiruns/<existing> SKIP_TRAIN=1 …/run.sh   # re-tabulate only
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -14,7 +15,7 @@ SWEEP="${SWEEP:-logs/study_architectures/multiruns/$(date +%Y-%m-%d_%H-%M-%S)}"
 if [ -z "${SKIP_TRAIN:-}" ]; then
   "$PY" -m attnlab.train -m \
       experiment=study_architectures_encdec,study_architectures_encdec_half,study_architectures_lm,study_architectures_prefix_lm \
-      seed="$SEEDS" trainer.enable_progress_bar=false hydra.sweep.dir="$SWEEP" \
+      seed="$SEEDS" trainer.enable_progress_bar=false hydra.sweep.dir="$SWEEP" "$@" \
     || echo "some runs did not complete (see 'failed' in the table); comparing anyway"
 fi
 

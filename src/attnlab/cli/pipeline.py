@@ -51,7 +51,9 @@ def build_data(cfg: DictConfig) -> AttnlabDataModule:
     datamodule = build(cfg.data, "data")
     if not isinstance(datamodule, AttnlabDataModule):
         raise ConfigError("data._target_ must name an AttnlabDataModule subclass")
-    check_compatible(str(cfg.model.name), datamodule.task)
+    check_compatible(
+        str(cfg.model.name), datamodule.task, bool(cfg.model.get("prefix_lm", False))
+    )
     datamodule.prepare_data()
     datamodule.setup("fit")
     return datamodule

@@ -23,11 +23,16 @@ INCOMPATIBLE = {
 }
 
 
-def check_compatible(architecture: str, task: str) -> None:
+def check_compatible(architecture: str, task: str, prefix_lm: bool = False) -> None:
     """Raise ConfigError for an architecture/task pair that has no meaning."""
     reason = INCOMPATIBLE.get((architecture, task))
     if reason:
         raise ConfigError(f"model={architecture} does not fit a {task} data set: {reason}")
+    if prefix_lm and task == "lm":
+        raise ConfigError(
+            "model.prefix_lm=true needs an input to attend to bidirectionally, which language "
+            "modelling data has not; use it with seq2seq or classification data, or remove it"
+        )
 
 
 def task_class(task: str) -> type[Task]:

@@ -2,6 +2,8 @@
 
 * encoder_only:    mean of the encoder states over real tokens (BERT-style pooling)
 * decoder_only:    the state of the last real token, which has seen the whole input
+                   (with model.prefix_lm=true the whole input is the prefix: every token sees
+                   every other, as in T5's prefix LM applied to classification)
 * encoder_decoder: the decoder reads one start token over the encoder output (BART §3.2)
 """
 
@@ -45,7 +47,8 @@ class ClassificationTask(Task):
             weights = real.unsqueeze(-1).to(hidden.dtype)
             return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
         if isinstance(self.model, DecoderOnly):
-            hidden = self.model.hidden(input_ids)
+            prefix_len = real.sum(1) if self.model_cfg.prefix_lm else None
+            hidden = self.model.hidden(input_ids, prefix_len=prefix_len)
             last = (real.sum(1) - 1).clamp(min=0)
             return hidden[torch.arange(input_ids.size(0), device=input_ids.device), last]
         assert isinstance(self.model, EncoderDecoder)
