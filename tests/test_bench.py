@@ -121,3 +121,25 @@ def test_gpu_check_runs_tiny_on_cpu(tmp_path: Path) -> None:
     assert result["tokens_per_sec"] > 0 and result["flops_per_token"] > 0
     assert result["mfu"] is None  # no peak is claimed for a CPU
     assert "tokens/s" in done.stdout
+
+
+def test_matmul_share_counts_matrix_products_against_all_operators() -> None:
+    from attnlab.bench.timing import matmul_share
+
+    a, b = torch.randn(256, 256), torch.randn(256, 256)
+    assert matmul_share(lambda: a @ b) > 0.9
+    assert matmul_share(lambda: (a + b).relu_()) == 0.0
+    mixed = matmul_share(lambda: ((a @ b) + b).exp())
+    assert 0.0 < mixed < 1.0
+
+
+def test_gpt2_comparison_reports_the_matmul_floor() -> None:
+    pytest.importorskip("transformers")
+    effort = Effort(rounds=1, calls=1, warmup=1)
+    result = decoder_only_vs_hf_gpt2(SIZES["tiny"], effort)
+    shares = result["matmul_share"]
+    assert set(shares) == {"attnlab", "hf_gpt2"} and all(0 < s < 1 for s in shares.values())
+    expected = shares["attnlab"] * result["contenders"]["attnlab"]["median_s"]
+    assert result["floor_ratio"] == pytest.approx(
+        expected / result["contenders"]["hf_gpt2"]["median_s"]
+    )

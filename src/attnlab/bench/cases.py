@@ -20,7 +20,7 @@ from attnlab.bench.contenders import (
     random_tokens,
     training_step,
 )
-from attnlab.bench.timing import Timing, interleave
+from attnlab.bench.timing import Timing, interleave, matmul_share
 from attnlab.models.generation import DecodeConfig, generate
 
 RATIO_MEANING = {
@@ -91,7 +91,23 @@ def decoder_only_vs_hf_gpt2(size: BenchSize, effort: Effort) -> dict[str, Any]:
         "attnlab": training_step(ours.to(effort.device), (inputs,), labels),
         "hf_gpt2": training_step(theirs.to(effort.device), (inputs,), labels),
     }
-    return _result(_time(steps, effort), "attnlab", "hf_gpt2")
+    timing = _time(steps, effort)
+    extra: dict[str, Any] = {}
+    if effort.device.type == "cpu":
+        extra = matmul_floor(steps, timing, "attnlab", "hf_gpt2")
+    return _result(timing, "attnlab", "hf_gpt2", **extra)
+
+
+def matmul_floor(steps: dict[str, Any], timing: Timing, ours: str, theirs: str) -> dict[str, Any]:
+    """How far the ratio could fall if only the matrix products cost anything.
+
+    ``matmul_share`` per contender (profiled), and ``floor_ratio`` = our time in matrix
+    products / their whole step: the ratio attnlab would reach if everything else in its
+    step were free. When both run the same products, no other change can go below it.
+    """
+    shares = {name: matmul_share(step) for name, step in steps.items()}
+    floor = shares[ours] * timing.median(ours) / timing.median(theirs)
+    return {"matmul_share": shares, "floor_ratio": floor}
 
 
 def encoder_decoder_vs_torch_transformer(size: BenchSize, effort: Effort) -> dict[str, Any]:

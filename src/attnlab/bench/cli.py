@@ -74,6 +74,8 @@ def _line(size: str, key: str, result: dict[str, Any]) -> str:
     if target:
         met = "met" if meets_target(key, result["ratio"]) else "NOT met"
         verdict = f"target {target[0]} {target[1]:g}: {met}"
+    if "floor_ratio" in result:  # the ratio if only attnlab's matrix products took time
+        verdict += f" (matmul floor {result['floor_ratio']:.2f})"
     return (
         f"{size:<6} {key:<38} {1e3 * first:>10.2f} ms {1e3 * second:>10.2f} ms "
         f"{result['ratio']:>7.3f}  {verdict}"

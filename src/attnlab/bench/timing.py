@@ -84,3 +84,28 @@ def interleave(
             synchronize(device)
             timing.samples[name].append((now() - start) / calls_per_round)
     return timing
+
+
+# the matrix products of a training step (linear layers, attention scores, their gradients)
+MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
+
+
+def matmul_share(step: Step, calls: int = 2) -> float:
+    """Fraction of ``step``'s CPU operator time spent in matrix products (torch.profiler).
+
+    Self CPU time of the ``MATMUL_OPS`` over the self CPU time of every operator, over
+    ``calls`` calls after one untimed call. The profiler's own overhead is per operator and
+    small next to the products it is used on (d_model ≥ 128); the share is an estimate.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(calls):
+            step()
+    total = matmul = 0.0
+    for event in prof.key_averages():
+        total += event.self_cpu_time_total
+        if event.key in MATMUL_OPS:
+            matmul += event.self_cpu_time_total
+    return matmul / total if total else 0.0
