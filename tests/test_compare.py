@@ -139,6 +139,21 @@ def test_vs_picks_two_of_several_groups_by_unique_part_of_label(tmp_path, capsys
     assert f"model.norm=sandwich vs model.norm=pre: t={expected.statistic:.3g}" in out
 
 
+def test_vs_best_tests_the_best_group_against_each_other_group(tmp_path, capsys):
+    sweep = norm_sweep(tmp_path, {"pre": PRE, "post": POST, "sandwich": [0.4, 0.45]})
+    code, out, _ = run_cli(capsys, sweep, "--vs-best")
+    groups = [(PRE, "pre"), (POST, "post"), ([0.4, 0.45], "sandwich")]
+    best = min(groups, key=lambda g: sum(g[0]) / len(g[0]))  # val/loss: lower is better
+    others = [g for g in groups if g[1] != best[1]]
+    assert code == 0 and out.count("Welch t-test on val/loss") == 2
+    for values, name in others:
+        expected = stats.ttest_ind(best[0], values, equal_var=False)
+        assert (f"model.norm={best[1]} vs model.norm={name}: t={expected.statistic:.3g}, "
+                f"p={expected.pvalue:.3g}") in out
+    code, _, err = run_cli(capsys, sweep, "--vs-best", "--vs", "pre", "post")
+    assert code == 2 and "give one of them" in err
+
+
 def test_csv_format_parses_with_the_csv_module(tmp_path, capsys):
     code, out, _ = run_cli(capsys, norm_sweep(tmp_path), "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(out)))

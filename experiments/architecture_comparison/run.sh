@@ -1,27 +1,46 @@
 #!/usr/bin/env bash
-# Encoder-decoder vs decoder-only (causal LM, prefix LM) vs a half-depth encoder-decoder on
-# Multi30k de→en (Raffel et al. 2020, §3.2, Table 2). Runs the sweep (4 variants × 3 seeds = 12
-# runs), then writes results.md and the plots next to this script.
-#   experiments/architecture_comparison/run.sh
-#   experiments/architecture_comparison/run.sh hydra/launcher=joblib hydra.launcher.n_jobs=2  # 2 at once
-#   SWEEP=logs/study_architectures/multiruns/<existing> SKIP_TRAIN=1 …/run.sh   # re-tabulate only
+# Encoder-decoder vs decoder-only (causal LM, prefix LM) vs encoder-only (Raffel et al. 2020, §3.2,
+# Table 2), on two tasks, 3 seeds each:
+#   translation  Multi30k de→en: encdec 4+4, encdec 2+2, causal LM, prefix LM (12 runs)
+#   sst2         SST-2 sentiment: encoder-only, causal LM, prefix LM, encdec 4+4, encdec 2+2 (15 runs)
+# then writes results_<part>.md and the plots next to this script.
+#   experiments/architecture_comparison/run.sh                    # both parts, one job at a time
+#   experiments/architecture_comparison/run.sh hydra/launcher=joblib hydra.launcher.n_jobs=2
+#   PART=sst2 experiments/architecture_comparison/run.sh          # one part
+#   PART=sst2 SWEEP=logs/…/multiruns/<existing> SKIP_TRAIN=1 …/run.sh   # re-tabulate only
+# Extra arguments go to every training run (a launcher, trainer.max_steps=…).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 cd "$HERE/../.."
 PY="${PY:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python)}"
 SEEDS="${SEEDS:-0,1,2}"
-SWEEP="${SWEEP:-logs/study_architectures/multiruns/$(date +%Y-%m-%d_%H-%M-%S)}"
+STAMP="$(date +%Y-%m-%d_%H-%M-%S)"
 
-if [ -z "${SKIP_TRAIN:-}" ]; then
-  "$PY" -m attnlab.train -m \
-      experiment=study_architectures_encdec,study_architectures_encdec_half,study_architectures_lm,study_architectures_prefix_lm \
-      seed="$SEEDS" trainer.enable_progress_bar=false hydra.sweep.dir="$SWEEP" "$@" \
-    || echo "some runs did not complete (see 'failed' in the table); comparing anyway"
+run_part() {  # part, experiments, metrics, curve metric
+  local part="$1" experiments="$2" metrics="$3" curve="$4"
+  local sweep="${SWEEP:-logs/study_architectures/multiruns/${part}_$STAMP}"
+  if [ -z "${SKIP_TRAIN:-}" ]; then
+    "$PY" -m attnlab.train -m experiment="$experiments" seed="$SEEDS" \
+        trainer.enable_progress_bar=false hydra.sweep.dir="$sweep" "${EXTRA[@]}" \
+      || echo "some runs did not complete (see 'failed' in the table); comparing anyway"
+  fi
+  # shellcheck disable=SC2086  # $metrics is a list of metric names
+  "$PY" -m attnlab.compare "$sweep" --by experiment_name --metric $metrics --vs-best \
+      --plot "$HERE/${part}_val_loss.png" > "$HERE/results_${part}.md"
+  "$PY" -m attnlab.compare "$sweep" --by experiment_name --curve-metric "$curve" \
+      --plot "$HERE/${part}_${curve//\//_}.png" > /dev/null
+  echo "wrote $HERE/results_${part}.md and plots (runs: $sweep)"
+}
+
+EXTRA=("$@")
+PART="${PART:-all}"
+if [ "$PART" = all ] || [ "$PART" = translation ]; then
+  run_part translation \
+    study_architectures_encdec,study_architectures_encdec_half,study_architectures_lm,study_architectures_prefix_lm \
+    "test/bleu val/bleu val/loss test/loss params tokens_per_sec" val/bleu
 fi
-
-BY=(--by experiment_name)
-"$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --metric test/bleu val/loss test/loss params \
-    tokens_per_sec --plot "$HERE/val_loss.png" > "$HERE/results.md"
-"$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --curve-metric val/bleu \
-    --plot "$HERE/val_bleu.png" > /dev/null
-echo "wrote $HERE/results.md, val_loss.png, val_bleu.png (runs: $SWEEP)"
+if [ "$PART" = all ] || [ "$PART" = sst2 ]; then
+  run_part sst2 \
+    study_architectures_sst2_encoder,study_architectures_sst2_lm,study_architectures_sst2_prefix_lm,study_architectures_sst2_encdec,study_architectures_sst2_encdec_half \
+    "test/acc val/acc test/loss params tokens_per_sec" val/acc
+fi

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from attnlab.errors import UserError
 
@@ -21,11 +21,13 @@ examples:
   attnlab-compare logs/copy/multiruns/2025-01-01_12-00-00
   attnlab-compare 'logs/*/multiruns/*' --by model.norm --metric val/loss val/acc
   attnlab-compare logs/copy/multiruns/* --vs post pre --plot norm.png
+  attnlab-compare logs/copy/multiruns/* --by model --vs-best
 
 Runs are grouped by the overrides that vary across them (seed excluded), or by
 --by config keys. Means and sample stds use completed runs only. With exactly
-two groups, or with --vs, a Welch t-test on the first metric is printed below
-the table (on stderr with --format csv, so stdout stays pure CSV).
+two groups, with --vs, or with --vs-best (the best group against each other
+one), a Welch t-test on the first metric is printed below the table (on stderr
+with --format csv, so stdout stays pure CSV).
 """
 
 
@@ -52,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="group by dotted config keys; 'model' means model.name")
     p.add_argument("--vs", nargs=2, metavar=("A", "B"),
                    help="Welch t-test between two groups (labels or unique parts of them)")
+    p.add_argument("--vs-best", action="store_true",
+                   help="Welch t-test of the best group (★) against every other group")
     p.add_argument("--plot", metavar="FILE", help="write validation curves per group as a PNG")
     p.add_argument("--curve-metric", default="val/loss", metavar="M",
                    help="metrics.csv column to plot (default: val/loss)")
@@ -88,17 +92,26 @@ def _load(args: argparse.Namespace) -> list[Run]:
     return runs
 
 
-def _welch_line(groups: Sequence[Group], metric: str, vs: Sequence[str] | None) -> str | None:
-    if vs:
-        a, b = (resolve_group(groups, q) for q in vs)
+def _welch_lines(
+    groups: Sequence[Group], rows: Sequence[dict[str, Any]], metric: str, args: argparse.Namespace
+) -> list[str]:
+    """The t-tests to print: --vs, --vs-best, or the only pair when there are two groups."""
+    if args.vs:
+        a, b = (resolve_group(groups, q) for q in args.vs)
         if a is b:
-            raise UserError(f"--vs {vs[0]} {vs[1]} names the same group ({a.label}) twice")
+            raise UserError(f"--vs {' '.join(args.vs)} names the same group ({a.label}) twice")
+        pairs = [(a, b)]
+    elif args.vs_best:
+        best = [g for g, row in zip(groups, rows, strict=True) if row["best"]]
+        if not best:
+            raise UserError(f"--vs-best needs two groups with a value of {metric}; check the runs")
+        pairs = [(best[0], g) for g in groups if g is not best[0]]
     elif len(groups) == 2:
-        a, b = groups
+        pairs = [(groups[0], groups[1])]
     else:
-        return None
-    result = welch(metric_values(a, metric), metric_values(b, metric))
-    return format_welch(metric, a.label, b.label, result)
+        return []
+    tests = [(a, b, welch(metric_values(a, metric), metric_values(b, metric))) for a, b in pairs]
+    return [format_welch(metric, a.label, b.label, result) for a, b, result in tests]
 
 
 def run(argv: Sequence[str] | None = None) -> None:
@@ -109,16 +122,20 @@ def run(argv: Sequence[str] | None = None) -> None:
     runs = _load(args)
     metrics = choose_metrics(runs, args.metric)
     groups = group_runs(runs, args.by)
-    if args.vs and not metrics:
+    if args.vs and args.vs_best:
+        raise UserError("--vs and --vs-best both choose the groups to test; give one of them")
+    if (args.vs or args.vs_best) and not metrics:
         raise UserError("--vs needs a metric but no run reports one; check the runs' status")
-    table = format_table(summarize(groups, metrics), list(groups[0].settings), metrics, args.format)
-    line = _welch_line(groups, metrics[0], args.vs) if metrics else None
+    rows = summarize(groups, metrics)
+    table = format_table(rows, list(groups[0].settings), metrics, args.format)
+    lines = _welch_lines(groups, rows, metrics[0], args) if metrics else []
     if args.plot:  # before printing, so a mistake never leaves half an answer
         plot_curves(groups, args.curve_metric, args.plot)
     print(table)
-    if line:
-        # with CSV the test goes to stderr, so stdout stays one clean CSV table
-        print(line if args.format == "csv" else f"\n{line}",
+    if lines:
+        # with CSV the tests go to stderr, so stdout stays one clean CSV table
+        text = "\n".join(lines)
+        print(text if args.format == "csv" else f"\n{text}",
               file=sys.stderr if args.format == "csv" else sys.stdout)
     if args.plot:
         print(f"wrote {args.plot}", file=sys.stderr)
