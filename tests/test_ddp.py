@@ -12,7 +12,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.utils import get_class
 
-from attnlab.cli.common import config_dir, register_resolvers
+from attnlab.cli.common import config_dir, register_resolvers, torchrun_run_dir
+from attnlab.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -76,19 +77,33 @@ def test_only_rank_zero_writes_summary_and_logs(ddp_run) -> None:
 
 
 @pytest.mark.slow
-def test_torchrun_ranks_share_the_run_directory_given_on_the_command_line(tmp_path: Path) -> None:
-    # torchrun starts every rank itself, each resolving its own timestamped directory,
-    # so multi-process launchers pass hydra.run.dir (docs/performance.md)
-    run_dir = tmp_path / "logs" / "train" / "runs" / "torchrun_job"
+def test_torchrun_ranks_share_one_run_directory(tmp_path: Path) -> None:
+    # torchrun starts every rank itself; without hydra.run.dir each would resolve its own
+    # timestamped directory, so attnlab names one after the rendezvous id
     done = train(tmp_path, [
         "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        "-m", "attnlab.train", *OVERRIDES, f"hydra.run.dir={run_dir}",
+        "-m", "attnlab.train", *OVERRIDES,
     ])  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    assert [p.name for p in (tmp_path / "logs" / "train" / "runs").iterdir()] == ["torchrun_job"]
-    records = [json.loads(p.read_text()) for p in run_dir.glob("param_checksum_rank*.json")]
+    runs = list((tmp_path / "logs" / "train" / "runs").iterdir())
+    assert len(runs) == 1 and runs[0].name.startswith("torchrun_")
+    records = [json.loads(p.read_text()) for p in runs[0].glob("param_checksum_rank*.json")]
     assert len(records) == 2 and records[0]["sha256"] == records[1]["sha256"]
-    assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
+    assert json.loads((runs[0] / "summary.json").read_text())["status"] == "completed"
+
+
+def test_torchrun_run_directory_comes_from_the_rendezvous_id() -> None:
+    env = {"TORCHELASTIC_RUN_ID": "job/42", "WORLD_SIZE": "4"}
+    assert torchrun_run_dir(["data=copy"], env) == [
+        "data=copy", "hydra.run.dir=${paths.log_dir}/${task_name}/runs/torchrun_job_42"
+    ]
+    given = ["hydra.run.dir=/shared/run"]
+    assert torchrun_run_dir(given, env) == given  # the user's choice wins
+    assert torchrun_run_dir(["-m", "seed=1,2"], env) == ["-m", "seed=1,2"]
+    assert torchrun_run_dir(["data=copy"], {}) == ["data=copy"]  # not under torchrun
+    assert torchrun_run_dir(["data=copy"], {**env, "WORLD_SIZE": "1"}) == ["data=copy"]
+    with pytest.raises(UserError, match="--rdzv-id"):
+        torchrun_run_dir(["data=copy"], {**env, "TORCHELASTIC_RUN_ID": "none"})
 
 
 def compose_trainer(name: str):

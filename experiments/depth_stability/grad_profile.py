@@ -1,4 +1,4 @@
-"""Per-layer gradient norms at initialisation: Post-LN vs Pre-LN at depths 6, 12, 24.
+"""Per-layer gradient norms at initialisation: Post-LN, Pre-LN, DeepNorm at depths 6, 12, 24.
 
 One backward pass on one training batch, no update, dropout off — the setting of
 Xiong et al. 2020 (§3.3, Fig. 3) — for the model and data of the depth study
@@ -51,6 +51,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--depths", type=int, nargs="+", default=[6, 12, 24])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--norms", nargs="+", default=["post", "pre", "deepnorm"])
     parser.add_argument("--per-layer", action="store_true", help="also print every layer's norm")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. model.d_model=128")
     args = parser.parse_args()
@@ -59,7 +60,7 @@ def main() -> None:
     started = time.perf_counter()
     rows, layers = [], []
     for depth in args.depths:
-        for norm in ("post", "pre"):
+        for norm in args.norms:
             runs = [profile(args.overrides, depth, norm, seed) for seed in args.seeds]
             stacks = sorted({k.split(".")[0] for k in runs[0] if k.endswith(".block")})
             ratios = {s: [last_first_ratio(r, s) for r in runs] for s in stacks}
@@ -67,7 +68,7 @@ def main() -> None:
                         + " | ".join(span(ratios[s]) for s in stacks) + " |")  # fmt: skip
             for s in stacks:
                 blocks = [runs[0][f"{s}.{i}.block"] for i in range(depth)]
-                layers.append(f"{depth:>3} {norm:4} {s:7} " + " ".join(f"{b:.2g}" for b in blocks))
+                layers.append(f"{depth:>3} {norm:8} {s:7} " + " ".join(f"{b:.2g}" for b in blocks))
     print(f"| layers per stack | norm | {' | '.join(f'{s} ‖∇‖ last/first' for s in stacks)} |")
     print("|---:|---|" + "---:|" * len(stacks))
     print("\n".join(rows))

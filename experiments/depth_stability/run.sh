@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Depth and stability, Pre-LN vs Post-LN at 6, 12 and 24 layers per stack on Multi30k de→en
+# Depth and stability, Pre-LN vs Post-LN vs DeepNorm at 6, 12 and 24 layers per stack on Multi30k de→en
 # (Liu et al. 2020; Xiong et al. 2020, §3.3). First the gradient-norm profile at
-# initialisation (one batch, no training, ~1–2 min), then the training sweep (12 runs), then
+# initialisation (one batch, no training, ~1–2 min), then the training sweep (18 runs), then
 # results.md and the plots next to this script.
 #   experiments/depth_stability/run.sh
 #   PROFILE_ONLY=1 experiments/depth_stability/run.sh   # the cheap part only
+#   experiments/depth_stability/run.sh hydra/launcher=joblib hydra.launcher.n_jobs=2  # 2 at once
 #   SWEEP=logs/study_depth/multiruns/<existing> SKIP_TRAIN=1 …/run.sh   # re-tabulate only
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -22,8 +23,8 @@ fi
 if [ -z "${SKIP_TRAIN:-}" ]; then
   # exit code 1 when a job did not complete; diverged deep Post-LN runs are an expected outcome
   "$PY" -m attnlab.train -m experiment=study_depth \
-      model.n_layers=6,12,24 model.norm=pre,post seed="$SEEDS" \
-      trainer.enable_progress_bar=false hydra.sweep.dir="$SWEEP" \
+      model.n_layers=6,12,24 model.norm=pre,post,deepnorm seed="$SEEDS" \
+      trainer.enable_progress_bar=false hydra.sweep.dir="$SWEEP" "$@" \
     || echo "some runs did not complete (see 'failed' in the table); comparing anyway"
 fi
 

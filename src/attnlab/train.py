@@ -12,7 +12,14 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from attnlab.cli.common import config_dir, fail, quiet_environment, register_resolvers, user_errors
+from attnlab.cli.common import (
+    config_dir,
+    fail,
+    quiet_environment,
+    register_resolvers,
+    torchrun_run_dir,
+    user_errors,
+)
 
 HYDRA_FLAGS_WITHOUT_CHECK = (
     "--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--shell-completion",
@@ -163,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     quiet_environment()
     register_resolvers()
     argv = list(sys.argv[1:] if argv is None else argv)
+    with user_errors():
+        argv = torchrun_run_dir(argv)
     overrides, multirun, flags = _split(argv)
     with user_errors():
         conf = str(config_dir())

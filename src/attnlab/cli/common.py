@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import uuid
 import warnings
@@ -51,6 +52,32 @@ def register_resolvers() -> None:
     from attnlab.data.paths import register_resolvers as register_data_resolvers
 
     register_data_resolvers()
+
+
+def torchrun_run_dir(argv: list[str], environ: dict[str, str] | None = None) -> list[str]:
+    """``argv`` plus one shared ``hydra.run.dir`` when torchrun started this process.
+
+    torchrun starts every rank itself, and each would resolve Hydra's default run directory
+    (timestamp + random suffix) on its own: one directory per rank. The rendezvous id
+    (``TORCHELASTIC_RUN_ID``: ``--rdzv-id``, or a fresh uuid with ``--standalone``) is the same
+    on every rank and node, so it names the directory. Unchanged when the command gives
+    ``hydra.run.dir``, for a sweep (its directory is resolved once), or outside torchrun.
+    """
+    env = os.environ if environ is None else environ
+    run_id = env.get("TORCHELASTIC_RUN_ID")
+    if run_id is None or int(env.get("WORLD_SIZE", "1")) < 2:
+        return argv
+    if any(a in ("-m", "--multirun") for a in argv) or any(
+        a.startswith("hydra.run.dir=") for a in argv
+    ):
+        return argv
+    if run_id in ("", "none"):
+        raise UserError(
+            "under torchrun every rank needs the same run directory: pass "
+            "hydra.run.dir=<a directory all nodes share> or torchrun --rdzv-id=<job id>"
+        )
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)
+    return [*argv, f"hydra.run.dir=${{paths.log_dir}}/${{task_name}}/runs/torchrun_{name}"]
 
 
 def fail(message: str) -> None:
