@@ -16,8 +16,8 @@ PY="${PY:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python)}"
 SEEDS="${SEEDS:-0,1,2}"
 STAMP="$(date +%Y-%m-%d_%H-%M-%S)"
 
-run_part() {  # part, experiments, metrics, curve metric
-  local part="$1" experiments="$2" metrics="$3" curve="$4"
+run_part() {  # part, experiments, metrics, curve metric, [second metric to test]
+  local part="$1" experiments="$2" metrics="$3" curve="$4" second="${5:-}"
   local sweep="${SWEEP:-logs/study_architectures/multiruns/${part}_$STAMP}"
   if [ -z "${SKIP_TRAIN:-}" ]; then
     "$PY" -m attnlab.train -m experiment="$experiments" seed="$SEEDS" \
@@ -27,6 +27,10 @@ run_part() {  # part, experiments, metrics, curve metric
   # shellcheck disable=SC2086  # $metrics is a list of metric names
   "$PY" -m attnlab.compare "$sweep" --by experiment_name --metric $metrics --vs-best \
       --plot "$HERE/${part}_val_loss.png" > "$HERE/results_${part}.md"
+  if [ -n "$second" ]; then  # the same t-tests on a second metric, below the table
+    "$PY" -m attnlab.compare "$sweep" --by experiment_name --metric "$second" --vs-best \
+      | grep '^Welch' >> "$HERE/results_${part}.md"
+  fi
   "$PY" -m attnlab.compare "$sweep" --by experiment_name --curve-metric "$curve" \
       --plot "$HERE/${part}_${curve//\//_}.png" > /dev/null
   echo "wrote $HERE/results_${part}.md and plots (runs: $sweep)"
@@ -37,10 +41,10 @@ PART="${PART:-all}"
 if [ "$PART" = all ] || [ "$PART" = translation ]; then
   run_part translation \
     study_architectures_encdec,study_architectures_encdec_half,study_architectures_lm,study_architectures_prefix_lm \
-    "test/bleu val/bleu val/loss test/loss params tokens_per_sec" val/bleu
+    "test/bleu val/bleu val/loss test/loss params tokens_per_sec" val/bleu val/loss
 fi
 if [ "$PART" = all ] || [ "$PART" = sst2 ]; then
   run_part sst2 \
     study_architectures_sst2_encoder,study_architectures_sst2_lm,study_architectures_sst2_prefix_lm,study_architectures_sst2_encdec,study_architectures_sst2_encdec_half \
-    "test/acc val/acc test/loss params tokens_per_sec" val/acc
+    "test/acc val/acc test/loss params tokens_per_sec" val/acc val/acc
 fi
