@@ -223,3 +223,45 @@ def test_generation_never_emits_pad_bos_or_mask() -> None:
         generator=torch.Generator().manual_seed(0),
     )  # fmt: skip
     assert not set(out.flatten().tolist()) & {PAD, BOS, MASK}
+
+
+def test_cache_appends_in_place_and_grows_past_its_buffer() -> None:
+    from attnlab.nn.attention import append_to_cache
+
+    generator = torch.Generator().manual_seed(0)
+    steps = [torch.randn(2, 3, n, 4, generator=generator) for n in (5, *[1] * 150, 7)]
+    cache: dict[str, torch.Tensor] = {}
+    for i, new in enumerate(steps):
+        k, v = append_to_cache(cache, new, -new)
+        expected = torch.cat(steps[: i + 1], dim=2)
+        assert torch.equal(k, expected) and torch.equal(v, -expected)
+    buffer = cache["k_buffer"]
+    assert buffer.size(2) >= 162 and cache["k"].data_ptr() == buffer.data_ptr()  # a view
+
+
+def test_reordered_cache_keeps_appending_to_the_selected_rows() -> None:
+    from attnlab.models.stack import DecodingCache
+    from attnlab.nn.attention import append_to_cache
+
+    generator = torch.Generator().manual_seed(0)
+    cache = DecodingCache(1)
+    layer = cache.layers[0]
+    history = [torch.randn(3, 2, n, 4, generator=generator) for n in (4, 1, 1)]
+    for new in history:
+        append_to_cache(layer, new, new)
+    index = torch.tensor([2, 2, 0, 1])  # beam search may repeat and drop rows
+    cache.reorder(index)
+    new = torch.randn(4, 2, 1, 4, generator=generator)
+    k, _ = append_to_cache(layer, new, new)
+    expected = torch.cat([torch.cat(history, dim=2).index_select(0, index), new], dim=2)
+    assert torch.equal(k, expected)
+
+
+def test_long_cached_decoding_matches_recomputation() -> None:
+    # 200 tokens: the cache buffer grows several times on the way
+    model = make("decoder_only", max_len=256)
+    prompt = left_padded_prompts()
+    config = dict(strategy="greedy", max_new_tokens=200)
+    cached = generate(model, prompt, DecodeConfig(**config, use_cache=True), eos_id=None)
+    plain = generate(model, prompt, DecodeConfig(**config, use_cache=False), eos_id=None)
+    assert cached.shape[1] == 200 and torch.equal(cached, plain)

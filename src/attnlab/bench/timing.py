@@ -8,9 +8,12 @@ over rounds ignores the rounds that another process disturbed.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -86,6 +89,21 @@ def interleave(
     return timing
 
 
+@contextlib.contextmanager
+def _native_stderr_silenced() -> Iterator[None]:
+    """Hide what native code writes to file descriptor 2 (the profiler logs every start and
+    stop there), so the benchmark's table stays readable; Python's own stderr is untouched."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 # the matrix products of a training step (linear layers, attention scores, their gradients)
 MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
 
@@ -100,7 +118,7 @@ def matmul_share(step: Step, calls: int = 2) -> float:
     from torch.profiler import ProfilerActivity, profile
 
     step()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with _native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(calls):
             step()
     total = matmul = 0.0

@@ -76,7 +76,12 @@ class DecodingCache:
         """Select batch rows (beam search keeps the surviving hypotheses)."""
         for layer in self.layers:
             for name, tensor in layer.items():
+                if name in ("k", "v") and f"{name}_buffer" in layer:
+                    continue  # a view of its buffer: re-taken below
                 layer[name] = tensor.index_select(0, index)
+            for name in ("k", "v"):
+                if f"{name}_buffer" in layer:
+                    layer[name] = layer[f"{name}_buffer"][:, :, : layer[name].size(2)]
         if self.positions is not None and self.positions.size(0) > 1:
             self.positions = self.positions.index_select(0, index)
         if self.key_real is not None:

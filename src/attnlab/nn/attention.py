@@ -94,6 +94,30 @@ class ProjectionRows:
         return self.stacked.bias[self.rows]
 
 
+def append_to_cache(cache: dict[str, Tensor], k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """Keys/values of every step so far, ``k``/``v`` (B, H, T_new, d_head) appended.
+
+    The cache keeps them in buffers with room to spare, doubled when full, so one
+    decoding step writes its new keys in place instead of copying the whole history
+    (``torch.cat`` per step made decoding quadratic in memory traffic).
+    ``cache["k"]``/``cache["v"]`` are views of the filled part.
+    """
+    if "k" not in cache:  # the prompt: no buffer until the first appended step
+        cache["k"], cache["v"] = k, v
+        return k, v
+    n, t = cache["k"].size(2), k.size(2)
+    for name, new in (("k", k), ("v", v)):
+        buffer = cache.get(f"{name}_buffer")
+        if buffer is None or buffer.size(2) < n + t or buffer.size(0) != new.size(0):
+            B, H, _, D = new.shape
+            grown = new.new_empty(B, H, max(2 * (n + t), 64), D)
+            grown[:, :, :n] = cache[name]
+            cache[f"{name}_buffer"] = buffer = grown
+        buffer[:, :, n : n + t] = new
+        cache[name] = buffer[:, :, : n + t]
+    return cache["k"], cache["v"]
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with projections W_Q, W_K, W_V and output projection W_O.
 
@@ -157,10 +181,7 @@ class MultiHeadAttention(nn.Module):
             if inputs.rope is not None:
                 q, k = apply_rotary(q, *inputs.rope), apply_rotary(k, *inputs.rope)
             if cache is not None:
-                if "k" in cache:
-                    k = torch.cat([cache["k"], k], dim=2)
-                    v = torch.cat([cache["v"], v], dim=2)
-                cache["k"], cache["v"] = k, v
+                k, v = append_to_cache(cache, k, v)
         else:  # cross-attention: K, V from the encoder output
             q = self._heads(F.linear(x, weight[:d], bias[:d]))
             if cache is not None and "cross_k" in cache:
