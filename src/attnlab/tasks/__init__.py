@@ -30,8 +30,8 @@ def check_compatible(architecture: str, task: str, prefix_lm: bool = False) -> N
         raise ConfigError(f"model={architecture} does not fit a {task} data set: {reason}")
     if prefix_lm and task == "lm":
         raise ConfigError(
-            "model.prefix_lm=true needs an input to attend to bidirectionally, which language "
-            "modelling data has not; use it with seq2seq or classification data, or remove it"
+            "model.prefix_lm=true attends bidirectionally over an input, and language-modelling "
+            "data has none; use it with seq2seq or classification data, or remove it"
         )
 
 
