@@ -9,21 +9,13 @@
 #   PART=sst2 experiments/architecture_comparison/run.sh          # one part
 #   PART=sst2 SWEEP=logs/…/multiruns/<existing> SKIP_TRAIN=1 …/run.sh   # re-tabulate only
 # Extra arguments go to every training run (a launcher, trainer.max_steps=…).
-set -euo pipefail
-HERE="$(cd "$(dirname "$0")" && pwd)"
-cd "$HERE/../.."
-PY="${PY:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python)}"
+source "$(dirname "$0")/../study.sh"
 SEEDS="${SEEDS:-0,1,2}"
-STAMP="$(date +%Y-%m-%d_%H-%M-%S)"
 
 run_part() {  # part, experiments, metrics, curve metric, [second metric to test]
   local part="$1" experiments="$2" metrics="$3" curve="$4" second="${5:-}"
   local sweep="${SWEEP:-logs/study_architectures/multiruns/${part}_$STAMP}"
-  if [ -z "${SKIP_TRAIN:-}" ]; then
-    "$PY" -m attnlab.train -m experiment="$experiments" seed="$SEEDS" \
-        trainer.enable_progress_bar=false hydra.sweep.dir="$sweep" "${EXTRA[@]}" \
-      || echo "some runs did not complete (see 'failed' in the table); comparing anyway"
-  fi
+  train_sweep "$sweep" experiment="$experiments" seed="$SEEDS" "${EXTRA[@]}"
   # shellcheck disable=SC2086  # $metrics is a list of metric names
   "$PY" -m attnlab.compare "$sweep" --by experiment_name --metric $metrics --vs-best \
       --plot "$HERE/${part}_val_loss.png" > "$HERE/results_${part}.md"

@@ -7,12 +7,9 @@
 #   PROFILE_ONLY=1 experiments/depth_stability/run.sh   # the cheap part only
 #   experiments/depth_stability/run.sh hydra/launcher=joblib hydra.launcher.n_jobs=2  # 2 at once
 #   SWEEP=logs/study_depth/multiruns/<existing> SKIP_TRAIN=1 …/run.sh   # re-tabulate only
-set -euo pipefail
-HERE="$(cd "$(dirname "$0")" && pwd)"
-cd "$HERE/../.."
-PY="${PY:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python)}"
+source "$(dirname "$0")/../study.sh"
 SEEDS="${SEEDS:-0,1}"
-SWEEP="${SWEEP:-logs/study_depth/multiruns/$(date +%Y-%m-%d_%H-%M-%S)}"
+SWEEP="${SWEEP:-logs/study_depth/multiruns/$STAMP}"
 
 if [ -z "${SKIP_TRAIN:-}" ]; then
   "$PY" "$HERE/grad_profile.py" --depths 6 12 24 --seeds 0 1 2 --per-layer \
@@ -20,13 +17,9 @@ if [ -z "${SKIP_TRAIN:-}" ]; then
 fi
 [ -n "${PROFILE_ONLY:-}" ] && exit 0
 
-if [ -z "${SKIP_TRAIN:-}" ]; then
-  # exit code 1 when a job did not complete; diverged deep Post-LN runs are an expected outcome
-  "$PY" -m attnlab.train -m experiment=study_depth \
-      model.n_layers=6,12,24 model.norm=pre,post,deepnorm seed="$SEEDS" \
-      trainer.enable_progress_bar=false hydra.sweep.dir="$SWEEP" "$@" \
-    || echo "some runs did not complete (see 'failed' in the table); comparing anyway"
-fi
+# diverged deep Post-LN runs are an expected outcome
+train_sweep "$SWEEP" experiment=study_depth \
+    model.n_layers=6,12,24 model.norm=pre,post,deepnorm seed="$SEEDS" "$@"
 
 BY=(--by model.norm model.n_layers)
 "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --metric test/bleu val/loss test/loss wall_s \

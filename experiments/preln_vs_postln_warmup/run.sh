@@ -3,21 +3,15 @@
 # Runs the sweep (24 runs), then writes results.md and the plots next to this script.
 #   experiments/preln_vs_postln_warmup/run.sh
 #   SEEDS=0,1,2 experiments/preln_vs_postln_warmup/run.sh
+#   experiments/preln_vs_postln_warmup/run.sh hydra/launcher=joblib hydra.launcher.n_jobs=2  # 2 at once
 #   SWEEP=logs/study_preln_postln/multiruns/<existing> SKIP_TRAIN=1 …/run.sh   # re-tabulate only
-set -euo pipefail
-HERE="$(cd "$(dirname "$0")" && pwd)"
-cd "$HERE/../.."
-PY="${PY:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python)}"
+source "$(dirname "$0")/../study.sh"
 SEEDS="${SEEDS:-0,1}"
-SWEEP="${SWEEP:-logs/study_preln_postln/multiruns/$(date +%Y-%m-%d_%H-%M-%S)}"
+SWEEP="${SWEEP:-logs/study_preln_postln/multiruns/$STAMP}"
 
-if [ -z "${SKIP_TRAIN:-}" ]; then
-  # exit code 1 when a job did not complete; diverged Post-LN runs are an expected outcome here
-  "$PY" -m attnlab.train -m experiment=study_preln_postln \
-      model.norm=pre,post optim.warmup_steps=0,500,4000 optim.lr=5e-4,1e-3 seed="$SEEDS" \
-      trainer.enable_progress_bar=false hydra.sweep.dir="$SWEEP" \
-    || echo "some runs did not complete (see 'failed' in the table); comparing anyway"
-fi
+# diverged Post-LN runs are an expected outcome here
+train_sweep "$SWEEP" experiment=study_preln_postln \
+    model.norm=pre,post optim.warmup_steps=0,500,4000 optim.lr=5e-4,1e-3 seed="$SEEDS" "$@"
 
 BY=(--by model.norm optim.warmup_steps optim.lr)
 "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --metric test/bleu val/bleu val/loss test/loss \
