@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from attnlab.cli.common import config_dir, fail, identity_overrides, register_resolvers
@@ -23,6 +23,35 @@ def _one_line(exc: Exception) -> str:
     return " ".join(text.replace("\t", " ").split())
 
 
+def _unknown_key_hint(exc: Exception, overrides: list[str]) -> str | None:
+    """Hydra's "Could not override 'a.b'… use +a.b" as "a.b is not a config key; did you mean…".
+
+    Hydra's advice to add a ``+`` would only add a key nothing reads.
+    """
+    import re
+
+    from attnlab.cli.schema import nearest
+
+    found = re.search(r"Could not override '([^']+)'", str(exc))
+    if not found:
+        return None
+    key = found.group(1)
+    parent, _, leaf = key.rpartition(".")
+    rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key]
+    try:
+        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+            base = compose(config_name="config", overrides=rest)
+    except Exception:
+        return None
+    finally:
+        GlobalHydra.instance().clear()
+    node = OmegaConf.select(base, parent) if parent else base
+    if not isinstance(node, DictConfig):
+        return None
+    prefix = f"{parent}." if parent else ""
+    return f"{key} is not a config key; {nearest(leaf, [str(k) for k in node], prefix)}"
+
+
 def compose_config(overrides: list[str]) -> DictConfig:
     """The composed config for these overrides, as Hydra would build it."""
     register_resolvers()
@@ -31,21 +60,46 @@ def compose_config(overrides: list[str]) -> DictConfig:
         with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
             return compose(config_name="config", overrides=overrides)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
-        fail(_one_line(exc))
+        fail(_unknown_key_hint(exc, overrides) or _one_line(exc))
         raise  # unreachable: fail() exits
     finally:
         GlobalHydra.instance().clear()
 
 
-def check_values(cfg: DictConfig) -> None:
-    """The model and optimiser checks a job would make first, as one ``error:`` line."""
-    from attnlab.cli.pipeline import check_config
+def check_values(cfg: DictConfig, source: str = "the command line") -> None:
+    """Every check a job would make first (allowlisted targets, types, ranges), as one line.
+
+    The checks that need no Lightning run first, so most typos are refused at once.
+    """
+    from attnlab.cli.schema import check_all, check_cheap
+    from attnlab.cli.targets import check_targets
     from attnlab.errors import UserError
 
     try:
-        check_config(cfg)
+        check_targets(cfg, source)
+        plain = plain_config(cfg)
+        check_cheap(plain)
+        check_all(plain)
     except UserError as exc:
         fail(str(exc))
+
+
+def plain_config(cfg: DictConfig) -> dict:
+    """The config as plain containers, resolved, without the nodes only Hydra's runtime
+    resolves (``logger``, ``callbacks``: ``${hydra:…}``); an unresolvable key is named."""
+    from attnlab.errors import ConfigError
+
+    out = {}
+    for key in cfg:
+        if key in ("logger", "callbacks", "hydra"):
+            continue
+        try:
+            node = cfg[key]
+            out[str(key)] = OmegaConf.to_container(node, resolve=True) if isinstance(
+                node, DictConfig | ListConfig) else node  # fmt: skip
+        except OmegaConfBaseException as exc:
+            raise ConfigError(f"{key} cannot be resolved: {_one_line(exc)}") from None
+    return out
 
 
 def validate_overrides(overrides: list[str], multirun: bool) -> DictConfig:
@@ -71,8 +125,7 @@ def validate_overrides(overrides: list[str], multirun: bool) -> DictConfig:
             fixed.append(override.input_line)
     first = [f"{key}={values[0]}" for key, values in sweeps if values]
     cfg = compose_config(fixed + first)
-    if multirun:
-        check_values(cfg)
+    check_values(cfg)
     for i, (key, values) in enumerate(sweeps):
         others = first[:i] + first[i + 1 :]
         for value in values[1:]:

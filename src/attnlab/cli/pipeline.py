@@ -19,9 +19,7 @@ from attnlab.callbacks.divergence import DivergenceGuard
 from attnlab.callbacks.resume import AtomicCheckpointIO, ContinuedCSVLogger, RngState
 from attnlab.data.base import AttnlabDataModule
 from attnlab.errors import CheckpointError, ConfigError, UserError
-from attnlab.models import ModelConfig
 from attnlab.tasks import Task, check_compatible, task_class
-from attnlab.tasks.base import OptimConfig
 
 
 def build(node: Any, what: str, **kwargs: Any) -> Any:
@@ -41,10 +39,14 @@ def container(node: Any) -> dict[str, Any]:
     return OmegaConf.to_container(node, resolve=True) if node is not None else {}  # type: ignore[return-value]
 
 
-def check_config(cfg: DictConfig) -> None:
-    """Validate model and optimiser keys before any data is loaded."""
-    ModelConfig.from_dict({**container(cfg.model), "vocab_size": 1})
-    OptimConfig(**container(cfg.optim))
+def check_config(cfg: DictConfig, source: str = "the config") -> None:
+    """Allowlisted ``_target_`` values, then every key's type and range, before any data loads."""
+    from attnlab.cli.compose import plain_config
+    from attnlab.cli.schema import check_all
+    from attnlab.cli.targets import check_targets
+
+    check_targets(cfg, source)
+    check_all(plain_config(cfg))
 
 
 def build_data(cfg: DictConfig) -> AttnlabDataModule:

@@ -117,6 +117,7 @@ class ClassificationDataModule(CachedDataModule):
         super().__init__(batch_size, num_workers, seed, cache_dir)
         self.path = path
         self.files = {k: v for k, v in files.items() if v} if files else None
+        self.files = self.files or None  # all null (classification.yaml's defaults): not given
         self.hf = dict(hf) if hf and hf.get("name") else None
         self.text_column = _names(text_column)
         self.label_column = _names(label_column)

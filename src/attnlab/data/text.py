@@ -101,7 +101,8 @@ class TextDataModule(CachedDataModule):
     ) -> None:
         super().__init__(batch_size, num_workers, seed, cache_dir)
         self.path = path
-        self.files = dict(files) if files else None
+        self.files = {k: v for k, v in files.items() if v} if files else None
+        self.files = self.files or None  # all null (text.yaml's defaults): not given
         self.hf = dict(hf) if hf and hf.get("name") else None
         self.tokenizer_kind = tokenizer
         self.requested_vocab_size = vocab_size

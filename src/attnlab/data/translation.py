@@ -84,7 +84,9 @@ class TranslationDataModule(CachedDataModule):
         cache_dir: str | os.PathLike | None = None,
     ) -> None:
         super().__init__(batch_size, num_workers, seed, cache_dir)
-        self.files = {k: dict(v) for k, v in files.items() if v} if files else None
+        # a split whose src and tgt are both null (translation.yaml's defaults) is not given
+        given = {k: dict(v) for k, v in (files or {}).items() if v and any(dict(v).values())}
+        self.files = given or None
         self.hf = dict(hf) if hf and hf.get("name") else None
         self.tokenizer_kind = tokenizer
         self.requested_vocab_size = vocab_size

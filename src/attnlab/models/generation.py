@@ -8,31 +8,17 @@ everything at every step (the reference the cache is tested against).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
 from attnlab.data.base import BOS, EOS, MASK, PAD
 from attnlab.models.stack import DecodingCache
 from attnlab.models.transformer import DecoderOnly, EncoderDecoder, TransformerModel
+from attnlab.options import STRATEGIES, DecodeConfig
+
+__all__ = ["STRATEGIES", "DecodeConfig", "generate", "filter_logits"]
 
 NEVER_GENERATED = (PAD, BOS, MASK)
-STRATEGIES = ("greedy", "sample", "beam")
-
-
-@dataclass
-class DecodeConfig:
-    """``decode.*`` keys. The paper's translation setting is beam 4, α = 0.6."""
-
-    strategy: str = "greedy"
-    max_new_tokens: int | None = None  # None: source length + 50 (seq2seq)
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
-    beam_size: int = 4
-    length_penalty: float = 0.6
-    use_cache: bool = True
 
 
 class Stepper:

@@ -7,7 +7,6 @@ itself comes from :mod:`attnlab.models`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
@@ -17,35 +16,10 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from attnlab.errors import ConfigError
 from attnlab.models import ModelConfig, TransformerModel, build_model
-from attnlab.models.generation import STRATEGIES, DecodeConfig
+from attnlab.models.generation import DecodeConfig
+from attnlab.options import SCHEDULES, OptimConfig, TaskConfig
 
-SCHEDULES = ("cosine", "inverse_sqrt", "constant")
-
-
-@dataclass
-class OptimConfig:
-    """``optim.*``: AdamW with warmup, then cosine decay or the paper's schedule."""
-
-    lr: float = 1e-3
-    betas: tuple[float, float] = (0.9, 0.98)
-    eps: float = 1e-9
-    weight_decay: float = 0.01
-    warmup_steps: int = 100
-    schedule: str = "cosine"
-    min_lr: float = 0.0  # cosine floor
-    decay_steps: int | None = None  # None: the trainer's total number of steps
-    fused: bool | None = None  # None: fused where Lightning can still clip gradients
-
-    def __post_init__(self) -> None:
-        self.betas = tuple(self.betas)  # type: ignore[assignment]
-        if self.schedule not in SCHEDULES:
-            raise ConfigError(
-                f"optim.schedule={self.schedule} is not valid; use one of: {', '.join(SCHEDULES)}"
-            )
-        if self.lr <= 0:
-            raise ConfigError(f"optim.lr={self.lr} must be positive")
-        if self.warmup_steps < 0:
-            raise ConfigError(f"optim.warmup_steps={self.warmup_steps} must be >= 0")
+__all__ = ["SCHEDULES", "OptimConfig", "TaskConfig", "Task", "lr_multiplier"]
 
 
 def lr_multiplier(step: int, cfg: OptimConfig, d_model: int, total_steps: int) -> float:
@@ -93,16 +67,11 @@ class Task(L.LightningModule):
         self.save_hyperparameters()
         self.model_cfg = ModelConfig.from_dict(dict(model))
         self.optim_cfg = OptimConfig(**(optim or {}))
-        self.options = dict(task or {})
+        self.task_cfg = TaskConfig(**(task or {}))
         self.decode_cfg = DecodeConfig(**(decode or {}))
-        if self.decode_cfg.strategy not in STRATEGIES:
-            raise ConfigError(
-                f"decode.strategy={self.decode_cfg.strategy} is not valid; "
-                f"use one of: {', '.join(STRATEGIES)}"
-            )
         self.seed = seed
         self.model: TransformerModel = build_model(self.model_cfg)
-        self.label_smoothing = float(self.options.get("label_smoothing", 0.0))
+        self.label_smoothing = self.task_cfg.label_smoothing
 
     def setup(self, stage: str) -> None:
         if self.model_cfg.compile and not getattr(self, "_compiled", False):

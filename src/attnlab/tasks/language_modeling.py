@@ -52,7 +52,7 @@ class LanguageModelTask(Task):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.mlm_probability = float(self.options.get("mlm_probability", 0.15))
+        self.mlm_probability = self.task_cfg.mlm_probability
         vocab = self.model_cfg.vocab_size
         for stage in ("val", "test"):
             setattr(self, f"{stage}_loss", MeanMetric())

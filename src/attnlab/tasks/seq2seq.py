@@ -83,9 +83,9 @@ class Seq2SeqTask(Task):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         vocab = self.model_cfg.vocab_size
-        bleu = self.options.get("bleu")  # None: on when the data module has references
+        bleu = self.task_cfg.bleu  # None: on when the data module has references
         self.bleu_enabled: bool | None = None if bleu is None else bool(bleu)
-        self.decode_every = int(self.options.get("decode_every_n_epochs", 1))
+        self.decode_every = self.task_cfg.decode_every_n_epochs
         for stage in ("val", "test"):
             setattr(self, f"{stage}_loss", MeanMetric())
             accuracy = MulticlassAccuracy(vocab, average="micro", ignore_index=IGNORE)

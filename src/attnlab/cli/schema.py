@@ -1,0 +1,219 @@
+"""One schema for the composed config: every user-facing key's type and range, checked up front.
+
+The schema is the code's own signatures, not a second copy of them:
+
+* ``model``, ``optim``, ``task``, ``decode`` and the top-level keys: the
+  dataclasses :class:`~attnlab.models.ModelConfig` and those of
+  :mod:`attnlab.options` (annotations for types, ``__post_init__`` for ranges);
+* ``data``: the ``__init__`` of the data module ``data._target_`` names (one of
+  :data:`attnlab.cli.targets.DATA_MODULES`, so importing it is safe);
+* ``trainer``: the ``__init__`` of ``lightning.pytorch.Trainer``.
+
+A key no signature knows is refused with the nearest valid spelling
+(``+sed=1`` → "did you mean seed?"); a value of the wrong type or range is
+refused with the rule it breaks. Each check raises a one-line ConfigError.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import dataclasses
+import difflib
+import inspect
+import os
+import pathlib
+import types
+import typing
+from typing import Any
+
+from attnlab.errors import ConfigError
+
+# top-level nodes that are config groups, checked on their own (or free-form: logger, callbacks)
+GROUPS = ("model", "data", "trainer", "logger", "callbacks", "paths", "optim", "task", "decode")
+PATH_KEYS = ("log_dir", "data_dir")
+# trainer arguments attnlab passes itself
+TRAINER_SET_BY_ATTNLAB = ("callbacks", "logger", "default_root_dir")
+
+
+def _describe(hint: Any) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        parts = [_describe(a) for a in args if a is not type(None)]
+        text = " or ".join(dict.fromkeys(parts))
+        return f"{text} (or null)" if type(None) in args else text
+    if origin is typing.Literal:
+        return "one of " + ", ".join(str(a) for a in args)
+    if origin in (list, tuple, collections.abc.Sequence, collections.abc.Iterable):
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            return f"a list of {len(args)} {_describe(args[0]).removeprefix('a ')}s"
+        return "a list"
+    if origin in (dict, collections.abc.Mapping):
+        return "a mapping"
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    if hint in names:
+        return names[hint]
+    if hint in (os.PathLike, pathlib.Path):
+        return "a path"
+    return f"a {getattr(hint, '__name__', hint)} (a mapping with _target_)"
+
+
+def matches(value: Any, hint: Any) -> bool:
+    """Whether a plain config value (from OmegaConf.to_container) fits the annotation."""
+    if hint is Any or hint is inspect.Parameter.empty:
+        return True
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(matches(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if origin is typing.Literal:
+        return any(value == a and type(value) is type(a) for a in args)
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is str or hint in (os.PathLike, pathlib.Path):
+        return isinstance(value, str)
+    if origin in (list, tuple, collections.abc.Sequence, collections.abc.Iterable):
+        if not isinstance(value, list | tuple):
+            return False
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            return len(value) == len(args) and all(map(matches, value, args))
+        return not args or all(matches(v, args[0]) for v in value)
+    if origin in (dict, collections.abc.Mapping) or hint in (dict, collections.abc.Mapping):
+        if not isinstance(value, dict):
+            return False
+        return len(args) != 2 or all(matches(v, args[1]) for v in value.values())
+    if isinstance(hint, type):  # an object built from a `_target_` mapping (checked by targets)
+        return isinstance(value, dict) and "_target_" in value
+    return True  # an annotation this checker does not model: leave it to the callee
+
+
+def nearest(key: str, known: collections.abc.Iterable[str], prefix: str = "") -> str:
+    """"did you mean <prefix><closest>?", or the list of valid keys when none is close."""
+    known = sorted(known)
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    if close:
+        return f"did you mean {prefix}{close[0]}?"
+    return f"valid keys: {', '.join(prefix + k for k in known)}"
+
+
+def check_keys(values: dict[str, Any], hints: dict[str, Any], prefix: str) -> None:
+    """Refuse unknown keys (naming the nearest valid one) and values of the wrong type."""
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if key not in hints:
+            raise ConfigError(f"{name} is not a config key; {nearest(key, hints, prefix)}")
+        if not matches(value, hints[key]):
+            shown = "null" if value is None else value
+            raise ConfigError(f"{name}={shown} must be {_describe(hints[key])}")
+
+
+def check_dataclass(cls: type, values: dict[str, Any], prefix: str) -> Any:
+    """Types from the dataclass's annotations, then ranges from its ``__post_init__``."""
+    hints = typing.get_type_hints(cls)
+    check_keys(values, {f.name: hints[f.name] for f in dataclasses.fields(cls)}, prefix)
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{prefix.rstrip('.')}: {exc}") from None
+
+
+def signature_hints(func: Any) -> dict[str, Any]:
+    """Keyword parameters of ``func`` with their (evaluated) annotations."""
+    try:
+        hints = typing.get_type_hints(func)
+    except Exception:  # an annotation that cannot be evaluated here: check names only
+        hints = {}
+    params = inspect.signature(func).parameters
+    return {
+        name: hints.get(name, Any)
+        for name, p in params.items()
+        if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    }
+
+
+def check_data(values: dict[str, Any]) -> None:
+    """``data.*`` against the chosen data module's constructor."""
+    import importlib
+
+    from attnlab.cli.targets import DATA_MODULES, EXTRA_TARGETS
+
+    target = values.get("_target_")
+    if target not in DATA_MODULES | EXTRA_TARGETS:
+        return  # check_targets refuses it with the reason
+    module, _, name = str(target).rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    rest = {k: v for k, v in values.items() if k != "_target_"}
+    check_keys(rest, signature_hints(cls.__init__), "data.")
+    for key in ("batch_size",):
+        if key in rest and rest[key] < 1:
+            raise ConfigError(f"data.{key}={rest[key]} must be an integer >= 1")
+
+
+TRAINER_RANGES = {
+    "max_steps": (lambda v: v >= -1, ">= 1, or -1 for no limit"),
+    "max_epochs": (lambda v: v is None or v >= -1, ">= 1, or -1 for no limit"),
+    "min_epochs": (lambda v: v is None or v >= 0, ">= 0"),
+    "accumulate_grad_batches": (lambda v: v >= 1, "an integer >= 1"),
+    "log_every_n_steps": (lambda v: v is None or v >= 1, "an integer >= 1"),
+    "check_val_every_n_epoch": (lambda v: v is None or v >= 1, "an integer >= 1 (or null)"),
+    "gradient_clip_val": (lambda v: v is None or v >= 0, "a number >= 0 (or null)"),
+    "num_nodes": (lambda v: v >= 1, "an integer >= 1"),
+}
+
+
+def check_trainer(values: dict[str, Any]) -> None:
+    """``trainer.*`` against ``lightning.pytorch.Trainer``'s own signature."""
+    import lightning.pytorch as pl
+
+    hints = signature_hints(pl.Trainer.__init__)
+    for key in TRAINER_SET_BY_ATTNLAB:
+        hints.pop(key, None)
+    rest = {k: v for k, v in values.items() if k != "_target_"}
+    check_keys(rest, hints, "trainer.")
+    for key, (ok, rule) in TRAINER_RANGES.items():
+        if key in rest and not ok(rest[key]):
+            raise ConfigError(f"trainer.{key}={rest[key]} must be {rule}")
+
+
+def check_top_level(cfg: dict[str, Any]) -> None:
+    from attnlab.options import RunConfig
+
+    top = {k: v for k, v in cfg.items() if k not in GROUPS}
+    hints = typing.get_type_hints(RunConfig)
+    known = {**{f.name: hints[f.name] for f in dataclasses.fields(RunConfig)},
+             **dict.fromkeys(GROUPS, dict)}  # fmt: skip
+    check_keys(top, known, "")
+    RunConfig(**top)
+    for key, value in (cfg.get("paths") or {}).items():
+        if key not in PATH_KEYS:
+            raise ConfigError(
+                f"paths.{key} is not a config key; {nearest(key, PATH_KEYS, 'paths.')}"
+            )
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"paths.{key}={value} must be a directory path")
+
+
+def check_cheap(cfg: dict[str, Any]) -> None:
+    """What needs neither Lightning nor the data modules: top level, model, optim, task, decode."""
+    from attnlab.models.config import ModelConfig
+    from attnlab.options import DecodeConfig, OptimConfig, TaskConfig
+
+    check_top_level(cfg)
+    model = {**(cfg.get("model") or {}), "vocab_size": 1}
+    check_dataclass(ModelConfig, model, "model.").validated()
+    check_dataclass(OptimConfig, cfg.get("optim") or {}, "optim.")
+    check_dataclass(TaskConfig, cfg.get("task") or {}, "task.")
+    check_dataclass(DecodeConfig, cfg.get("decode") or {}, "decode.")
+
+
+def check_all(cfg: dict[str, Any]) -> None:
+    """Every section; ``cfg`` is the resolved config as plain containers."""
+    check_cheap(cfg)
+    if isinstance(cfg.get("data"), dict):
+        check_data(cfg["data"])
+    if isinstance(cfg.get("trainer"), dict):
+        check_trainer(cfg["trainer"])

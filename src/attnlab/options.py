@@ -1,0 +1,123 @@
+"""Typed config sections that need no torch: ``optim``, ``task``, ``decode``, the top level.
+
+Each section is a dataclass whose annotations give every key's type and whose
+``__post_init__`` checks ranges; :mod:`attnlab.cli.schema` checks a composed
+config against them (and against :class:`attnlab.models.ModelConfig`) before
+any run starts. Keeping them free of torch makes a bad value fail fast.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from attnlab.errors import ConfigError
+
+SCHEDULES = ("cosine", "inverse_sqrt", "constant")
+STRATEGIES = ("greedy", "sample", "beam")
+
+
+def _require(ok: bool, key: str, value: Any, rule: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}={value} must be {rule}")
+
+
+@dataclass
+class OptimConfig:
+    """``optim.*``: AdamW with warmup, then cosine decay or the paper's schedule."""
+
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-9
+    weight_decay: float = 0.01
+    warmup_steps: int = 100
+    schedule: str = "cosine"
+    min_lr: float = 0.0  # cosine floor
+    decay_steps: int | None = None  # None: the trainer's total number of steps
+    fused: bool | None = None  # None: fused where Lightning can still clip gradients
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)  # type: ignore[assignment]
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(
+                f"optim.schedule={self.schedule} is not valid; use one of: {', '.join(SCHEDULES)}"
+            )
+        _require(self.lr > 0 and math.isfinite(self.lr), "optim.lr", self.lr, "a number > 0")
+        _require(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "optim.betas",
+                 list(self.betas), "two numbers in [0, 1), e.g. [0.9,0.98]")  # fmt: skip
+        _require(self.eps > 0, "optim.eps", self.eps, "a number > 0")
+        _require(self.weight_decay >= 0, "optim.weight_decay", self.weight_decay, ">= 0")
+        _require(self.warmup_steps >= 0, "optim.warmup_steps", self.warmup_steps, ">= 0")
+        _require(self.min_lr >= 0, "optim.min_lr", self.min_lr, ">= 0")
+        _require(self.decay_steps is None or self.decay_steps > 0, "optim.decay_steps",
+                 self.decay_steps, "an integer > 0 (or null)")  # fmt: skip
+
+
+@dataclass
+class TaskConfig:
+    """``task.*``: how a task computes its loss and which extra metrics it decodes for."""
+
+    label_smoothing: float = 0.0  # Szegedy et al. 2016; the paper uses 0.1 (§5.4)
+    mlm_probability: float = 0.15  # masked LM (Devlin et al. 2019, §3.1)
+    bleu: bool | None = None  # None: on for translation data
+    decode_every_n_epochs: int = 1  # free-running decoding for val/exact_match (and BLEU)
+
+    def __post_init__(self) -> None:
+        _require(0 <= self.label_smoothing < 1, "task.label_smoothing", self.label_smoothing,
+                 "in [0, 1) (0.1 in the paper)")  # fmt: skip
+        _require(0 < self.mlm_probability < 1, "task.mlm_probability", self.mlm_probability,
+                 "in (0, 1)")  # fmt: skip
+        _require(self.decode_every_n_epochs >= 1, "task.decode_every_n_epochs",
+                 self.decode_every_n_epochs, "an integer >= 1")  # fmt: skip
+
+
+@dataclass
+class DecodeConfig:
+    """``decode.*`` keys. The paper's translation setting is beam 4, α = 0.6 (§6.1)."""
+
+    strategy: str = "greedy"
+    max_new_tokens: int | None = None  # None: source length + 50 (seq2seq)
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    beam_size: int = 4
+    length_penalty: float = 0.6
+    use_cache: bool = True
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(
+                f"decode.strategy={self.strategy} is not valid; use one of: {', '.join(STRATEGIES)}"
+            )
+        rules = (
+            ("max_new_tokens", lambda v: v is None or v >= 1, "an integer >= 1 (or null)"),
+            ("temperature", lambda v: v > 0, "a number > 0"),
+            ("top_k", lambda v: v is None or v >= 1, "an integer >= 1 (or null)"),
+            ("top_p", lambda v: v is None or 0 < v <= 1, "a number in (0, 1] (or null)"),
+            ("beam_size", lambda v: v >= 1, "an integer >= 1"),
+            ("length_penalty", lambda v: v >= 0, "a number >= 0"),
+        )
+        for key, ok, rule in rules:
+            value = getattr(self, key)
+            _require(ok(value), f"decode.{key}", value, rule)
+
+
+@dataclass
+class RunConfig:
+    """The top-level keys of ``conf/config.yaml`` (the groups are checked on their own)."""
+
+    task_name: str = "train"
+    experiment_name: str | None = None  # set by experiment presets; attnlab-compare --by it
+    tags: list[str] = field(default_factory=list)
+    seed: int = 0
+    train: bool = True
+    test: bool = True
+    ckpt_path: str | None = None
+    overwrite: bool = False
+    optimized_metric: str = "val/loss"
+
+    def __post_init__(self) -> None:
+        _require(0 <= self.seed < 2**32, "seed", self.seed, "an integer in [0, 2^32)")
+        _require(bool(self.task_name.strip()) and "/" not in self.task_name, "task_name",
+                 self.task_name, "a non-empty name without '/'")  # fmt: skip
