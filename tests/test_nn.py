@@ -60,6 +60,20 @@ def test_math_and_sdpa_agree(masking: str) -> None:
     torch.testing.assert_close(fused, reference, atol=1e-5, rtol=1e-5)
 
 
+def test_cross_attention_over_an_all_padding_source_is_finite_and_equal_on_both_paths() -> None:
+    torch.manual_seed(0)
+    fused = MultiHeadAttention(d_model=16, n_heads=4, impl="sdpa").eval()
+    explicit = MultiHeadAttention(d_model=16, n_heads=4, impl="math").eval()
+    explicit.load_state_dict(fused.state_dict())
+    x, memory = torch.randn(2, 3, 16), torch.randn(2, 5, 16)
+    memory_real = torch.ones(2, 5, dtype=torch.bool)
+    memory_real[0] = False  # the first source is nothing but padding
+    inputs = AttentionInputs(mask=memory_real[:, None, None, :])
+    out_fused, out_explicit = fused(x, inputs, memory=memory), explicit(x, inputs, memory=memory)
+    assert out_fused.isfinite().all() and out_explicit.isfinite().all()
+    torch.testing.assert_close(out_explicit, out_fused)
+
+
 def test_multi_head_attention_shapes_self_and_cross() -> None:
     attn = MultiHeadAttention(d_model=16, n_heads=4)
     x, memory = torch.randn(2, 5, 16), torch.randn(2, 9, 16)
