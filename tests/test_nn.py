@@ -16,7 +16,7 @@ from attnlab.nn.attention import (
 )
 from attnlab.nn.feedforward import FEEDFORWARDS, default_d_ff
 from attnlab.nn.layers import DecoderLayer, EncoderLayer, LayerSpec
-from attnlab.nn.norms import RESIDUALS
+from attnlab.nn.norms import RESIDUALS, make_norm
 from attnlab.nn.positions import POSITIONS, SinusoidalConcatPositions, SinusoidalPositions
 
 
@@ -133,6 +133,12 @@ def test_post_ln_normalises_after_the_residual_sum_and_pre_ln_before_the_sublaye
     pre = RESIDUALS.get("pre")(16, "layernorm", 0.0)
     torch.testing.assert_close(post(x, sub), post.norm(x + sub(x)))
     torch.testing.assert_close(pre(x, sub), x + sub(pre.norm(x)))
+
+
+def test_rmsnorm_uses_the_explicit_eps_of_layernorm() -> None:
+    # nn.RMSNorm's default eps=None means finfo(input dtype).eps: 1.2e-7 in float32, 7.8e-3 in bf16
+    rms, layer = make_norm("rmsnorm", 16), make_norm("layernorm", 16)
+    assert rms.eps == layer.eps == 1e-5
 
 
 @pytest.mark.parametrize("name", FEEDFORWARDS.names())
