@@ -178,9 +178,26 @@ def test_top_p_keeps_the_smallest_nucleus() -> None:
             for p in (0.4, 0.7, 0.8, 0.9, 1.0)}  # fmt: skip
     assert kept[0.4] == [False, True, False, False]  # 0.5 ≥ 0.4 alone
     assert kept[0.7] == [False, True, False, True]  # 0.5 + 0.3 ≥ 0.7
-    assert kept[0.8] == [False, True, False, True]  # 0.8 reached exactly: nothing more
+    assert kept[0.8] == [False, True, False, True]  # 0.5 + 0.3 ≥ 0.8: nothing more
     assert kept[0.9] == [False, True, True, True]
     assert kept[1.0] == [True, True, True, True]
+
+
+def nucleus(probs: list[float], p: float) -> list[bool]:
+    return (filter_logits(torch.tensor([probs]).log(), None, p) > float("-inf"))[0].tolist()
+
+
+EXACT = [0.0625, 0.5, 0.1875, 0.25]  # sixteenths: every partial sum is exact in binary
+
+
+def test_top_p_stops_at_the_token_whose_mass_reaches_p_exactly() -> None:
+    # Holtzman et al. 2020, §3.1: the smallest V⁽ᵖ⁾ with Σ P(x) ≥ p; 0.5 + 0.25 is 0.75
+    assert nucleus(EXACT, 0.75) == [False, True, False, True]
+
+
+def test_top_p_keeps_the_token_whose_mass_crosses_p() -> None:
+    assert nucleus(EXACT, 0.7) == [False, True, False, True]  # 0.5 < 0.7 ≤ 0.75
+    assert nucleus(EXACT, 0.8) == [False, True, True, True]  # 0.75 < 0.8 ≤ 0.9375
 
 
 def test_top_k_keeps_the_k_most_likely_tokens() -> None:

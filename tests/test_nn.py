@@ -16,7 +16,7 @@ from attnlab.nn.attention import (
 )
 from attnlab.nn.feedforward import FEEDFORWARDS, default_d_ff
 from attnlab.nn.layers import DecoderLayer, EncoderLayer, LayerSpec
-from attnlab.nn.norms import RESIDUALS
+from attnlab.nn.norms import RESIDUALS, make_norm
 from attnlab.nn.positions import POSITIONS, SinusoidalConcatPositions, SinusoidalPositions
 
 
@@ -58,6 +58,20 @@ def test_math_and_sdpa_agree(masking: str) -> None:
     reference, _ = math_attention(q, k, v, mask, bias, is_causal=is_causal)
     fused = fused_attention(q, k, v, mask, bias, is_causal=is_causal)
     torch.testing.assert_close(fused, reference, atol=1e-5, rtol=1e-5)
+
+
+def test_cross_attention_over_an_all_padding_source_is_finite_and_equal_on_both_paths() -> None:
+    torch.manual_seed(0)
+    fused = MultiHeadAttention(d_model=16, n_heads=4, impl="sdpa").eval()
+    explicit = MultiHeadAttention(d_model=16, n_heads=4, impl="math").eval()
+    explicit.load_state_dict(fused.state_dict())
+    x, memory = torch.randn(2, 3, 16), torch.randn(2, 5, 16)
+    memory_real = torch.ones(2, 5, dtype=torch.bool)
+    memory_real[0] = False  # the first source is nothing but padding
+    inputs = AttentionInputs(mask=memory_real[:, None, None, :])
+    out_fused, out_explicit = fused(x, inputs, memory=memory), explicit(x, inputs, memory=memory)
+    assert out_fused.isfinite().all() and out_explicit.isfinite().all()
+    torch.testing.assert_close(out_explicit, out_fused)
 
 
 def test_multi_head_attention_shapes_self_and_cross() -> None:
@@ -119,6 +133,12 @@ def test_post_ln_normalises_after_the_residual_sum_and_pre_ln_before_the_sublaye
     pre = RESIDUALS.get("pre")(16, "layernorm", 0.0)
     torch.testing.assert_close(post(x, sub), post.norm(x + sub(x)))
     torch.testing.assert_close(pre(x, sub), x + sub(pre.norm(x)))
+
+
+def test_rmsnorm_uses_the_explicit_eps_of_layernorm() -> None:
+    # nn.RMSNorm's default eps=None means finfo(input dtype).eps: 1.2e-7 in float32, 7.8e-3 in bf16
+    rms, layer = make_norm("rmsnorm", 16), make_norm("layernorm", 16)
+    assert rms.eps == layer.eps == 1e-5
 
 
 @pytest.mark.parametrize("name", FEEDFORWARDS.names())

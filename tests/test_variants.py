@@ -76,6 +76,42 @@ def test_t5_buckets_grow_monotonically_with_distance(causal: bool) -> None:
         assert future == sorted(future)
 
 
+# Raffel et al. 2020 bidirectional buckets (32 = 16 per direction, 8 exact, log-spaced
+# to 128): 8 + ⌊ln(n/8) / ln(128/8) · 8⌋ past n ≥ 8, plus 16 for keys to the right.
+BIDIRECTIONAL_BUCKETS = {
+    0: 0, -1: 1, 1: 17, -7: 7, 7: 23,
+    -12: 9, 12: 25,  # 8 + ⌊8·ln 1.5 / ln 16⌋ = 8 + ⌊1.17⌋
+    -40: 12, 40: 28,  # 8 + ⌊8·ln 5 / ln 16⌋ = 8 + ⌊4.64⌋
+    -200: 15, 200: 31,  # beyond max_distance: the last bucket of each direction
+}  # fmt: skip
+
+
+def test_t5_bidirectional_buckets_match_a_hand_computation() -> None:
+    offsets = list(BIDIRECTIONAL_BUCKETS)
+    assert buckets(False, offsets) == list(BIDIRECTIONAL_BUCKETS.values())
+
+
+def t5_offsets_with_distinct_bias(prefix_lm: bool) -> int:
+    """How many of the offsets −3…+2 around query 3 of six tokens get a bias of their own."""
+    values = dict(name="decoder_only", vocab_size=20, d_model=32, n_heads=4, n_layers=2,
+                  dropout=0.0, pos="t5_relative", prefix_lm=prefix_lm)  # fmt: skip
+    torch.manual_seed(0)
+    model = build_model(ModelConfig.from_dict(values))
+    pos = torch.arange(6)  # with prefix_lm, all of it prefix
+    row = model.decoder.positions.bias(pos, pos)[0, :, 3]  # (H, Tk)
+    return len({tuple(row[:, j].tolist()) for j in range(6)})
+
+
+def test_prefix_lm_t5_bias_tells_apart_every_offset_inside_the_prefix() -> None:
+    # Mesh TF buckets both directions unless attention is fully autoregressive
+    # (Unitransformer.fully_autoregressive); a prefix-LM sees keys to its right
+    assert t5_offsets_with_distinct_bias(prefix_lm=True) == 6
+
+
+def test_causal_decoder_t5_bias_puts_future_keys_with_the_query_itself() -> None:
+    assert t5_offsets_with_distinct_bias(prefix_lm=False) == 4  # −3, −2, −1, and 0…+2
+
+
 def prefix_lm_hidden(prefix_lm: bool, tokens: torch.Tensor) -> torch.Tensor:
     values = dict(name="decoder_only", vocab_size=20, d_model=32, n_heads=4, n_layers=2,
                   dropout=0.0, prefix_lm=prefix_lm)  # fmt: skip

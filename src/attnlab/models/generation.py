@@ -96,14 +96,15 @@ def _ban_specials(logits: Tensor) -> Tensor:
 
 
 def filter_logits(logits: Tensor, top_k: int | None, top_p: float | None) -> Tensor:
-    """Keep the k most likely tokens and/or the smallest set with mass ≥ p (nucleus)."""
+    """Keep the k most likely tokens and/or the nucleus: the smallest set of most likely
+    tokens with Σ P(x) ≥ p (Holtzman et al. 2020, §3.1), ``top_p`` in (0, 1]."""
     if top_k is not None and top_k > 0:
         kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p is not None and top_p < 1.0:
         sorted_logits, order = logits.sort(dim=-1, descending=True)
         probs = sorted_logits.softmax(-1)
-        drop = probs.cumsum(-1) - probs > top_p  # mass before this token already ≥ p
+        drop = probs.cumsum(-1) - probs >= top_p  # mass before this token already ≥ p
         logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
     return logits
 

@@ -133,7 +133,10 @@ class TransformerStack(nn.Module):
         self.causal, self.pad_id = causal, cfg.pad_id
         self.checkpointing = cfg.activation_checkpointing
         self.embedding = embedding
-        self.positions = POSITIONS.get(cfg.pos)(cfg.d_model, cfg.n_heads, cfg.max_len, causal)
+        # relative buckets look both ways unless attention is purely causal: a prefix-LM
+        # sees keys to its right inside the prefix (Mesh TF, Unitransformer.fully_autoregressive)
+        fully_causal = causal and not cfg.prefix_lm
+        self.positions = POSITIONS.get(cfg.pos)(cfg.d_model, cfg.n_heads, cfg.max_len, fully_causal)
         self.dropout = Dropout(cfg.dropout)
         spec = LayerSpec(
             d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.ff_dim, dropout=cfg.dropout,

@@ -31,7 +31,12 @@ def math_attention(
     dropout_p: float = 0.0,
     is_causal: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """softmax(QKᵀ/√d_k + bias + M)V computed explicitly; returns (output, weights)."""
+    """softmax(QKᵀ/√d_k + bias + M)V computed explicitly; returns (output, weights).
+
+    A query whose every key is masked (cross-attention over an all-padding source)
+    gets zero weights, hence a zero output, as ``F.scaled_dot_product_attention``
+    returns, instead of the NaN of a softmax over nothing but −inf.
+    """
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
     if is_causal:
         Tq, Tk = scores.shape[-2:]
@@ -39,8 +44,12 @@ def math_attention(
     if bias is not None:
         scores = scores + bias
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+        no_key = ~mask.any(dim=-1, keepdim=True)  # (…, Tq, 1)
+        # score 0 there keeps the softmax (and its gradient) finite; zeroed below
+        scores = scores.masked_fill(~mask, float("-inf")).masked_fill(no_key, 0.0)
     weights = scores.softmax(dim=-1)
+    if mask is not None:
+        weights = weights.masked_fill(no_key, 0.0)
     out = F.dropout(weights, p=dropout_p) @ v if dropout_p > 0 else weights @ v
     return out, weights
 

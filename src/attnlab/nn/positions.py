@@ -23,7 +23,11 @@ POSITIONS: Registry[type[Positions]] = Registry("model.pos")
 
 
 class Positions(nn.Module):
-    """No positional information (``model.pos=none``); base of every scheme."""
+    """No positional information (``model.pos=none``); base of every scheme.
+
+    ``causal``: every query sees only itself and earlier keys (a decoder that is
+    not a prefix-LM).
+    """
 
     def __init__(self, d_model: int, n_heads: int, max_len: int, causal: bool) -> None:
         super().__init__()
@@ -145,7 +149,8 @@ class T5RelativePositions(Positions):
     """Learned scalar bias per head and relative-distance bucket (Raffel et al. 2020).
 
     Offsets are exact up to ``num_buckets/2`` (per direction), then log-spaced up
-    to ``max_distance``; encoders use both directions, decoders only the past.
+    to ``max_distance``; encoders and prefix-LMs use both directions, causal
+    decoders only the past (Mesh TF: bidirectional unless fully autoregressive).
     """
 
     num_buckets, max_distance = 32, 128
