@@ -41,9 +41,6 @@ from attnlab.cli.compose import check_values, validate_overrides
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 VARIANT_SECTION = "Add your own variant"
-# conf/data/translation.yaml sets `files.train: null`, so data.files.train.src=… has no
-# key to set (it composes only as +data.files.train.src=…); being fixed in conf/.
-TRANSLATION_FILES = "data=translation data.files.train.src="
 ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 
 
@@ -153,13 +150,7 @@ def readme_variant_added(monkeypatch: pytest.MonkeyPatch) -> None:
 def readme_cases() -> list:
     cases = []
     for command in train_commands(README.read_text(encoding="utf-8")):
-        marks = []
-        if TRANSLATION_FILES in command.text:
-            marks.append(pytest.mark.xfail(strict=True, raises=SystemExit, reason=(
-                "conf/data/translation.yaml sets files.train: null, so "
-                "data.files.train.src=… needs a +; remove this mark once conf/ is fixed"
-            )))  # fmt: skip
-        cases.append(pytest.param(command, id=f"L{command.line}", marks=marks))
+        cases.append(pytest.param(command, id=f"L{command.line}"))
     return cases
 
 

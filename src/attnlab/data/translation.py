@@ -72,7 +72,7 @@ class TranslationDataModule(CachedDataModule):
 
     def __init__(
         self,
-        files: Mapping[str, Mapping[str, str] | None] | None = None,
+        files: Mapping[str, Mapping[str, str | None] | None] | None = None,
         hf: Mapping[str, Any] | None = None,
         tokenizer: str = "bpe",
         vocab_size: int = 8000,
