@@ -28,7 +28,7 @@ OPTIONS = {"run_dir": None, "ckpt_path": None, "split": "test"}
 SPLITS = ("val", "test")
 
 
-def build_trainer(cfg: Any, overrides: list[str], split: str) -> Any:
+def build_trainer(cfg: Any, overrides: list[tuple[str, Any]], split: str) -> Any:
     """A Trainer with the run's accelerator and precision, on one device by default.
 
     One device keeps every example counted once (a distributed sampler pads the
@@ -38,7 +38,7 @@ def build_trainer(cfg: Any, overrides: list[str], split: str) -> Any:
 
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no device banners
     trainer_cfg = cfg.get("trainer") or {}
-    asked = {o.partition("=")[0].lstrip("+") for o in overrides}
+    asked = {key.lstrip("+") for key, _ in overrides}
     options = {
         "accelerator": trainer_cfg.get("accelerator", "auto"),
         "devices": trainer_cfg.get("devices", 1) if "trainer.devices" in asked else 1,
@@ -62,7 +62,9 @@ def build_trainer(cfg: Any, overrides: list[str], split: str) -> Any:
         ) from None
 
 
-def evaluate(cfg: Any, ckpt: Path, split: str, overrides: list[str]) -> dict[str, float]:
+def evaluate(
+    cfg: Any, ckpt: Path, split: str, overrides: list[tuple[str, Any]]
+) -> dict[str, float]:
     """Load the checkpoint into the run's task and run the ``split`` loop; return its metrics."""
     import lightning as L
 
@@ -113,7 +115,7 @@ def run(argv: list[str]) -> int:
     metrics = evaluate(cfg, ckpt, split, overrides)
     record = {
         "run_dir": str(run_dir), "checkpoint": str(ckpt), "split": split,
-        "overrides": overrides, "metrics": metrics,
+        "overrides": [f"{k}={v}" for k, v in overrides], "metrics": metrics,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }  # fmt: skip
     path = write_result(run_dir, record, split)

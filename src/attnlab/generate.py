@@ -23,7 +23,6 @@ when the run trained on a GPU and one is visible), ``raw``; and ``decode.*``:
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -68,38 +67,15 @@ def read_prompts(prompt: str | None, prompt_file: str | None) -> list[str]:
 
 
 def decode_config(cfg: Any, options: dict[str, Any]) -> Any:
-    """``decode.*`` of the run with the command line on top, checked."""
+    """``decode.*`` of the run with the command line on top, checked against DecodeConfig."""
     from attnlab.cli.checkpoints import resolved
-    from attnlab.models.generation import STRATEGIES, DecodeConfig
+    from attnlab.cli.schema import check_dataclass
+    from attnlab.options import DecodeConfig
 
     values = dict(resolved(cfg, "decode") or {})
     if options["max_new_tokens"] is not None:
         values["max_new_tokens"] = _integer("max_new_tokens", options["max_new_tokens"], 1)
-    unknown = sorted(set(values) - set(asdict(DecodeConfig())))
-    if unknown:
-        raise ConfigError(f"decode.{unknown[0]} is not a decode key; use one of: "
-                          f"{', '.join(asdict(DecodeConfig()))}")  # fmt: skip
-    decode = DecodeConfig(**values)
-    if decode.strategy not in STRATEGIES:
-        raise ConfigError(
-            f"decode.strategy={decode.strategy} is not valid; use one of: {', '.join(STRATEGIES)}"
-        )
-    rules = {
-        "temperature": (lambda v: float(v) > 0, "a number > 0"),
-        "top_k": (lambda v: v is None or int(v) >= 1, "an integer >= 1 (or null)"),
-        "top_p": (lambda v: v is None or 0 < float(v) <= 1, "a number in (0, 1] (or null)"),
-        "beam_size": (lambda v: int(v) >= 1, "an integer >= 1"),
-        "length_penalty": (lambda v: float(v) >= 0, "a number >= 0"),
-    }
-    for key, (ok, rule) in rules.items():
-        value = getattr(decode, key)
-        try:
-            valid = isinstance(value, int | float | type(None)) and ok(value)
-        except (TypeError, ValueError):
-            valid = False
-        if not valid:
-            raise ConfigError(f"decode.{key}={value} must be {rule}")
-    return decode
+    return check_dataclass(DecodeConfig, values, "decode.")
 
 
 def task_of(cfg: Any) -> str:
@@ -191,7 +167,7 @@ def run(argv: list[str]) -> int:
     from attnlab.cli.checkpoints import load_run_config, locate_run, parse_arguments
 
     options, overrides = parse_arguments(argv, OPTIONS)
-    other = [o for o in overrides if not o.lstrip("+").startswith("decode.")]
+    other = [f"{k}={v}" for k, v in overrides if not k.lstrip("+").startswith("decode.")]
     if other:
         raise ConfigError(
             f"'{other[0]}' is not an attnlab-generate option; use decode.*=…, "

@@ -110,6 +110,8 @@ def train(cfg: Any, run_dir: Path) -> dict[str, Any]:
     datamodule = pipeline.build_data(cfg)
     task = pipeline.build_task(cfg, datamodule)
     resume_from = pipeline.checkpoint_to_resume(cfg, run_dir)
+    if resume_from:
+        pipeline.check_resumable(task, resume_from)
     callbacks = pipeline.build_callbacks(cfg)
     resume_step = None  # None: a fresh metrics.csv; a step: keep the rows up to it
     if resume_from:
@@ -135,12 +137,12 @@ def _fit_and_test(cfg: Any, trainer: Any, task: Any, datamodule: Any, resume_fro
 
     metrics: dict[str, float] = {}
     if cfg.get("train", True):
-        trainer.fit(task, datamodule=datamodule, ckpt_path=resume_from)
+        trainer.fit(task, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
         metrics.update(pipeline.scalar_metrics(trainer.callback_metrics))
     status = getattr(trainer, "attnlab_status", None) or "completed"
     best = pipeline.best_checkpoint(trainer)
     if cfg.get("test", True) and status == "completed":
-        trainer.test(task, datamodule=datamodule, ckpt_path=best, weights_only=False)
+        trainer.test(task, datamodule=datamodule, ckpt_path=best, weights_only=True)
         metrics.update(pipeline.scalar_metrics(trainer.callback_metrics))
     throughput = next((c for c in trainer.callbacks if isinstance(c, TokenThroughput)), None)
     out = {"status": status, "metrics": metrics, "best_ckpt": best,

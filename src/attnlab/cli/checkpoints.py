@@ -30,22 +30,27 @@ _ABSENT = object()
 
 def parse_arguments(
     argv: Iterable[str], options: Mapping[str, Any]
-) -> tuple[dict[str, Any], list[str]]:
+) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
     """Split ``key=value`` arguments into this command's ``options`` and config overrides.
 
-    Returns (options with defaults filled in, overrides in command-line order).
+    Values are read with Hydra's override grammar, as ``attnlab-train`` reads them
+    (``prompt='1 2 3'`` is the string ``1 2 3``). Returns (options with defaults
+    filled in, ``(key, value)`` overrides in command-line order; a key keeps its ``+``).
     """
+    from attnlab.cli.compose import parse_one
+
     values, overrides = dict(options), []
     for arg in argv:
-        key, sep, value = arg.partition("=")
+        key, sep, _ = arg.partition("=")
         if not sep or not key:
             raise ConfigError(
                 f"argument '{arg}' is not key=value; write e.g. run_dir=<run directory>"
             )
+        value = parse_one(arg)
         if key in options:
-            values[key] = value
+            values[key] = None if value is None else str(value)
         else:
-            overrides.append(arg)
+            overrides.append((key, value))
     return values, overrides
 
 
@@ -117,33 +122,44 @@ def _recorded_best(path: Path) -> str | None:
 
 
 def read_checkpoint(path: Path) -> dict[str, Any]:
-    """Load a Lightning checkpoint on the CPU; a corrupt or foreign file is a CheckpointError."""
+    """Load a Lightning checkpoint on the CPU with ``weights_only=True``.
+
+    Only tensors and plain containers are unpickled, so a checkpoint from someone
+    else cannot run code (a planted ``__reduce__`` is refused, not called). A corrupt,
+    truncated, foreign or unsafe file is a CheckpointError naming it.
+    """
     import torch
 
     try:
-        try:
-            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError:
-            if not zipfile.is_zipfile(path):
-                raise
-            # a well-formed checkpoint holding objects beyond tensors and containers:
-            # the user's own run, loaded as `attnlab-train` itself loads it
-            checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as exc:
+        if zipfile.is_zipfile(path):
+            found = " ".join(str(exc).split("WeightsUnpickler error:")[-1].split())[:120]
+            raise CheckpointError(
+                f"{path} is refused: it holds objects other than tensors and plain data "
+                f"({found}), and loading them could run code; attnlab loads checkpoints with "
+                "weights_only=True only, so use a checkpoint written by attnlab-train"
+            ) from None
+        raise CheckpointError(_corrupt(path, "not a complete PyTorch checkpoint archive")) from None
     except Exception as exc:
         if not zipfile.is_zipfile(path):
             reason = "not a complete PyTorch checkpoint archive"
         else:
             reason = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:120]}"
-        raise CheckpointError(
-            f"{path} is corrupt or truncated ({reason}); pass another file from its "
-            "checkpoints/ folder (e.g. last.ckpt) or train again"
-        ) from None
+        raise CheckpointError(_corrupt(path, reason)) from None
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
         raise CheckpointError(
             f"{path} holds no state_dict, so it was not written by attnlab-train; "
             "pass a .ckpt from <run_dir>/checkpoints/"
         )
     return checkpoint
+
+
+def _corrupt(path: Path, reason: str) -> str:
+    return (
+        f"{path} is corrupt or truncated ({reason}); pass another file from its "
+        "checkpoints/ folder (e.g. last.ckpt) or train again"
+    )
 
 
 def load_weights(
@@ -155,6 +171,15 @@ def load_weights(
     ``saved_model`` / ``model``: the ``model.*`` settings the checkpoint was
     trained with and those of the config in use, to name the culprit key.
     """
+    check_weights_fit(module, state, path, saved_model, model)
+    module.load_state_dict(state)
+
+
+def check_weights_fit(
+    module: Any, state: Mapping[str, Any], path: Path, saved_model: Mapping[str, Any] | None,
+    model: Mapping[str, Any],
+) -> None:  # fmt: skip
+    """A CheckpointError naming the differing ``model.*`` key when ``state`` does not fit."""
     own = module.state_dict()
     shapes = [
         f"{k}: {tuple(v.shape)} in the file, {tuple(own[k].shape)} in the config"
@@ -163,7 +188,6 @@ def load_weights(
     ]
     missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
     if not (shapes or missing or unexpected):
-        module.load_state_dict(state)
         return
     settings = [
         f"model.{k}={saved_model[k]} in the checkpoint, {model.get(k)} in the config"
@@ -179,25 +203,32 @@ def load_weights(
     )
 
 
-def load_run_config(run_dir: Path, overrides: Iterable[str]) -> DictConfig:
-    """The run's saved ``.hydra/config.yaml`` with ``key=value`` overrides merged on top.
+def load_run_config(run_dir: Path, overrides: Iterable[tuple[str, Any]]) -> DictConfig:
+    """The run's saved ``.hydra/config.yaml`` with ``(key, value)`` overrides merged on top.
 
-    An override must name a key the saved config has (``+key=value`` adds one),
-    and may not replace a whole group (``data=copy``): evaluation reuses the run.
+    Every ``_target_`` in the file is checked against attnlab's allowlist first,
+    before anything is imported or built (:mod:`attnlab.cli.targets`). An override
+    must name a key the saved config has (``+key`` adds one), and may not replace a
+    whole group (``data=copy``): evaluation reuses the run.
     """
+    from attnlab.cli.targets import check_targets
+
     register_resolvers()
     path = run_dir / CONFIG_FILE
     try:
         cfg = OmegaConf.load(path)
-    except (OSError, OmegaConfBaseException, ValueError) as exc:
-        reason = " ".join(str(exc).split())
-        raise CheckpointError(f"{path} is not a readable config ({reason}); restore it") from None
+    except (OSError, OmegaConfBaseException, ValueError, UnicodeDecodeError) as exc:
+        reason = " ".join(str(exc).split())[:200]
+        raise CheckpointError(
+            f"{path} is not a readable config ({reason}); restore it from the run's copy or "
+            "retrain"
+        ) from None
     if not isinstance(cfg, DictConfig):
         raise CheckpointError(f"{path} is not a config mapping; restore it or retrain")
+    check_targets(cfg, str(path))
     for key in RUNTIME_ONLY:
         cfg.pop(key, None)
-    for override in overrides:
-        key, _, value = override.partition("=")
+    for key, value in overrides:
         adding = key.startswith("+")
         key = key.lstrip("+")
         current = OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=False)
@@ -207,13 +238,14 @@ def load_run_config(run_dir: Path, overrides: Iterable[str]) -> DictConfig:
             )
         if isinstance(current, DictConfig):
             raise ConfigError(
-                f"{override} would replace the whole '{key}' group of the run's config; "
+                f"{key}={value} would replace the whole '{key}' group of the run's config; "
                 f"override single keys instead, e.g. {key}.<name>=<value>"
             )
         try:
-            cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([f"{key}={value}"]))
+            OmegaConf.update(cfg, key, value, merge=True, force_add=adding)
         except OmegaConfBaseException as exc:
-            raise ConfigError(f"{override}: {' '.join(str(exc).split())}") from None
+            raise ConfigError(f"{key}={value}: {' '.join(str(exc).split())}") from None
+    check_targets(cfg, "the command line")
     return cfg  # type: ignore[return-value]
 
 

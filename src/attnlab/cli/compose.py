@@ -7,6 +7,7 @@ them into one ``error: …`` line with exit code 2 before any job starts.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -21,6 +22,41 @@ from attnlab.cli.common import config_dir, fail, identity_overrides, register_re
 def _one_line(exc: Exception) -> str:
     text = str(exc).split("Config search path")[0]
     return " ".join(text.replace("\t", " ").split())
+
+
+GRAMMAR_HINT = (
+    "Hydra's override grammar reads , [ ] { } ( ) = and quotes specially: quote the value, "
+    "e.g. key='a, b' (in the shell: \"key='a, b'\")"
+)
+
+
+def quote_non_ascii(argv: list[str]) -> list[str]:
+    """``key=vàlue`` as ``key='vàlue'``: Hydra's lexer accepts non-ASCII text only when quoted.
+
+    Paths and prompts with accents or other scripts then work as typed; a value that
+    is already quoted, or holds characters the grammar treats specially, is left alone.
+    """
+    out = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        plain = not any(c in value for c in "'\",[]{}()=\\")
+        if sep and value and not value.isascii() and plain and not key.startswith("-"):
+            arg = f"{key}='{value}'"
+        out.append(arg)
+    return out
+
+
+def parse_one(arg: str) -> Any:
+    """The value of one ``key=value`` argument, read as Hydra reads overrides."""
+    from attnlab.errors import ConfigError
+
+    try:
+        override = OverridesParser.create().parse_override(quote_non_ascii([arg])[0])
+    except HydraException as exc:
+        raise ConfigError(f"{arg} cannot be read ({_one_line(exc)}); {GRAMMAR_HINT}") from None
+    if override.is_sweep_override():
+        raise ConfigError(f"{arg} lists several values; {GRAMMAR_HINT}")
+    return override.value()
 
 
 def _unknown_key_hint(exc: Exception, overrides: list[str]) -> str | None:
@@ -111,7 +147,7 @@ def validate_overrides(overrides: list[str], multirun: bool) -> DictConfig:
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except HydraException as exc:
-        fail(_one_line(exc))
+        fail(f"{_one_line(exc)}; {GRAMMAR_HINT}")
     fixed, sweeps = [], []
     for override in parsed:
         if override.is_sweep_override():

@@ -128,15 +128,34 @@ def build_trainer(
 
 
 def checkpoint_to_resume(cfg: DictConfig, run_dir: Path) -> str | None:
+    """The checkpoint ``ckpt_path`` names (``last``: this run's own last.ckpt, if any).
+
+    It is opened here with ``weights_only=True`` (:func:`read_checkpoint`), so an
+    unsafe, corrupt or foreign file is refused in one line before Lightning sees it.
+    """
+    from attnlab.cli.checkpoints import read_checkpoint
+
     ckpt = cfg.get("ckpt_path")
     if ckpt in (None, ""):
         return None
     if ckpt == "last":  # inside a sweep job: this job's own last checkpoint, if any
         last = run_dir / "checkpoints" / "last.ckpt"
-        return str(last) if last.is_file() else None
-    if not Path(str(ckpt)).is_file():
+        ckpt = str(last) if last.is_file() else None
+        if ckpt is None:
+            return None
+    elif not Path(str(ckpt)).is_file():
         raise CheckpointError(f"ckpt_path={ckpt} does not exist; give an existing .ckpt file")
+    read_checkpoint(Path(str(ckpt)))
     return str(ckpt)
+
+
+def check_resumable(task: Task, path: str) -> None:
+    """The checkpoint's weights fit this run's model (else: which model.* key differs)."""
+    from attnlab.cli.checkpoints import check_weights_fit, read_checkpoint
+
+    checkpoint = read_checkpoint(Path(path))
+    saved = (checkpoint.get("hyper_parameters") or {}).get("model")
+    check_weights_fit(task, checkpoint["state_dict"], Path(path), saved, dict(task.hparams.model))
 
 
 def best_checkpoint(trainer: L.Trainer) -> str | None:
