@@ -22,8 +22,11 @@ DATA_YAMLS = sorted((REPO / "conf" / "data").glob("*.yaml"))
 
 
 def compose(name: str, seed: int = 0, **overrides) -> DictConfig:
-    """The data preset as the main config would see it: ``data`` under a top-level ``seed``."""
-    cfg = OmegaConf.create({"seed": seed, "data": OmegaConf.load(REPO / "conf/data" / name)})
+    """The data preset as the main config would see it: ``data`` beside ``seed`` and ``paths``."""
+    cfg = OmegaConf.create({
+        "seed": seed, "data": OmegaConf.load(REPO / "conf/data" / name),
+        "paths": OmegaConf.load(REPO / "conf/paths/default.yaml"),
+    })  # fmt: skip
     for key, value in overrides.items():
         cfg.data[key] = value
     return cfg

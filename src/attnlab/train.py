@@ -25,6 +25,9 @@ HYDRA_FLAGS_WITHOUT_CHECK = (
     "--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--shell-completion",
 )  # fmt: skip
 
+# exit codes of a run that did not complete (a sweep with such a job exits 1)
+EXIT_CODES = {"failed": 1, "diverged": 1, "interrupted": 130, "preempted": 143}
+
 # Jobs of a joblib or submitit sweep run in other processes, which import this module to
 # unpickle run_job; the config's resolvers must exist there before Hydra resolves it.
 register_resolvers()
@@ -52,6 +55,12 @@ def run_job(cfg: Any) -> float | None:
         config = OmegaConf.to_container(cfg, resolve=False)
     try:
         result.update(train(cfg, run_dir))
+    except (KeyboardInterrupt, SystemExit) as exc:  # a second Ctrl-C: stopped mid-step
+        if isinstance(exc, SystemExit) and exc.code == 2:
+            raise  # a one-line error already printed
+        result.update(status="interrupted", error="interrupted (a second Ctrl-C) mid-step")
+        _finish(write_summary, run_dir, result, overrides, config, started)
+        raise SystemExit(EXIT_CODES["interrupted"]) from None
     except UserError as exc:
         result["error"] = str(exc)
         if not multirun:
@@ -75,6 +84,11 @@ def run_job(cfg: Any) -> float | None:
         hint = sync_hint(run_dir)
         if hint:
             print(f"W&B (offline): {hint}")
+    if result["status"] in ("interrupted", "preempted"):  # the whole command stops, sweeps too
+        print(f"{result['status']}: {result.get('error')}; {run_dir}", file=sys.stderr)
+        raise SystemExit(EXIT_CODES[result["status"]])
+    if not multirun and result["status"] != "completed":
+        raise SystemExit(EXIT_CODES[result["status"]])
     # For search sweepers (Optuna); None marks a failed trial, and the study goes on.
     value = result["metrics"].get(str(cfg.get("optimized_metric", "val/loss")))
     if result["status"] != "completed" or value is None or value != value:
@@ -166,12 +180,13 @@ def main(argv: list[str] | None = None) -> int:
     import hydra
     from hydra.core.global_hydra import GlobalHydra
 
-    from attnlab.cli.compose import resume_overrides, validate_overrides
+    from attnlab.cli.compose import quote_non_ascii, resume_overrides, validate_overrides
+    from attnlab.cli.rundir import check_run_dirs, release_all
     from attnlab.cli.sweep import SweepStatus
 
     quiet_environment()
     register_resolvers()
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = quote_non_ascii(list(sys.argv[1:] if argv is None else argv))
     with user_errors():
         argv = torchrun_run_dir(argv)
     overrides, multirun, flags = _split(argv)
@@ -180,8 +195,10 @@ def main(argv: list[str] | None = None) -> int:
         if not flags:
             cfg = validate_overrides(overrides, multirun)
             if not multirun:
-                new = resume_overrides(cfg, overrides)
-                argv = [a for a in argv if a.startswith("-")] + new
+                overrides = resume_overrides(cfg, overrides)
+                argv = [a for a in argv if a.startswith("-")] + overrides
+            resuming = cfg.get("ckpt_path") not in (None, "")
+            check_run_dirs(overrides, multirun, resuming, bool(cfg.get("overwrite")))
     SweepStatus.failed = []
     app = hydra.main(config_path=conf, config_name="config", version_base="1.3")(run_job)
     saved_argv = sys.argv
@@ -191,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         sys.argv = saved_argv
         GlobalHydra.instance().clear()  # so main() can be called again in one process
+        release_all()
     return 1 if SweepStatus.failed else 0
 
 

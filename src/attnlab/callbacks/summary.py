@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-STATUSES = ("completed", "failed", "diverged")
+STATUSES = ("completed", "failed", "diverged", "interrupted", "preempted")
 
 
 def git_sha() -> str | None:

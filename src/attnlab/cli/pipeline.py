@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnlab.callbacks.divergence import DivergenceGuard
 from attnlab.callbacks.resume import AtomicCheckpointIO, ContinuedCSVLogger, RngState
+from attnlab.callbacks.stop import GracefulStop
 from attnlab.data.base import AttnlabDataModule
 from attnlab.errors import CheckpointError, ConfigError, UserError
 from attnlab.tasks import Task, check_compatible, task_class
@@ -74,8 +75,9 @@ def build_task(cfg: DictConfig, datamodule: AttnlabDataModule) -> Task:
 
 
 def build_callbacks(cfg: DictConfig) -> list[L.Callback]:
-    """The configured callbacks, plus the two every run needs whatever is configured:
-    random states in checkpoints (exact resume) and a stop on a NaN/inf loss."""
+    """The configured callbacks, plus the three every run needs whatever is configured:
+    random states in checkpoints (exact resume), a stop on a NaN/inf loss, and a clean
+    stop with a checkpoint on Ctrl-C or a cluster's preemption signal."""
     nodes = cfg.get("callbacks") or {}
     bar = cfg.trainer.get("enable_progress_bar", True) and not cfg.trainer.get("fast_dev_run")
     callbacks = [
@@ -83,7 +85,7 @@ def build_callbacks(cfg: DictConfig) -> list[L.Callback]:
         for name, node in nodes.items()
         if node and "_target_" in node and (bar or "ProgressBar" not in str(node._target_))
     ]
-    for required in (RngState, DivergenceGuard):
+    for required in (RngState, DivergenceGuard, GracefulStop):
         if not any(isinstance(c, required) for c in callbacks):
             callbacks.append(required())
     return callbacks

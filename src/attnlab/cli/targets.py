@@ -51,6 +51,7 @@ RUN_OBJECTS = frozenset({
     "attnlab.callbacks.divergence.DivergenceGuard",
     "attnlab.callbacks.diagnostics.TrainingDiagnostics",
     "attnlab.callbacks.resume.RngState",
+    "attnlab.callbacks.stop.GracefulStop",
 })  # fmt: skip
 
 # your own classes: one dotted path each

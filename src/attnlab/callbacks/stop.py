@@ -1,0 +1,75 @@
+"""Stop cleanly on a signal: Ctrl-C (``interrupted``) or a cluster's warning (``preempted``).
+
+A signal arriving in the middle of an optimiser step would leave half-updated
+weights, so the handler only records it; the run stops at the next step
+boundary, writes ``checkpoints/last.ckpt`` there (resumable with
+``ckpt_path=last``), and ``attnlab.train`` records the status in summary.json.
+
+* SIGINT (Ctrl-C): ``interrupted``. A second Ctrl-C stops at once, as usual.
+* SIGUSR1, SIGTERM: ``preempted`` — what SLURM sends before a time limit or a
+  preemption (``#SBATCH --signal=USR1@90``).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+
+STATUS_OF_SIGNAL = {signal.SIGINT: "interrupted", signal.SIGTERM: "preempted"}
+if hasattr(signal, "SIGUSR1"):
+    STATUS_OF_SIGNAL[signal.SIGUSR1] = "preempted"
+
+
+class GracefulStop(L.Callback):
+    """Turns SIGINT/SIGTERM/SIGUSR1 during ``fit`` into a checkpoint and a clean stop."""
+
+    def __init__(self) -> None:
+        self.status: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.status is not None and signum == signal.SIGINT:  # the second Ctrl-C
+            raise KeyboardInterrupt
+        self.status = STATUS_OF_SIGNAL[signum]
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: Any) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be set from the main thread
+        for signum in STATUS_OF_SIGNAL:
+            self._previous[signum] = signal.signal(signum, self._handle)
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.world_size > 1:  # every rank stops at the same step
+            stop = trainer.strategy.reduce_boolean_decision(self.status is not None, all=False)
+            self.status = self.status or ("preempted" if stop else None)
+        if self.status is None:
+            return
+        trainer.attnlab_status = self.status  # type: ignore[attr-defined]
+        trainer.attnlab_error = (  # type: ignore[attr-defined]
+            f"{self.status} at step {trainer.global_step}; continue with ckpt_path=last"
+        )
+        trainer.save_checkpoint(self.last_path(trainer))
+        trainer.should_stop = True
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: Any) -> None:
+        self._restore()
+
+    def on_exception(self, trainer: L.Trainer, pl_module: Any, exception: BaseException) -> None:
+        self._restore()
+
+    def _restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+    @staticmethod
+    def last_path(trainer: L.Trainer) -> Path:
+        callback = trainer.checkpoint_callback
+        default = Path(trainer.default_root_dir) / "checkpoints"
+        folder = getattr(callback, "dirpath", None) or default
+        name = getattr(callback, "CHECKPOINT_NAME_LAST", "last") + ".ckpt"
+        return Path(folder) / name

@@ -1,0 +1,105 @@
+"""An explicit run directory (``hydra.run.dir=…``) is never overwritten by accident, nor shared.
+
+Hydra writes ``.hydra/config.yaml`` into the run directory before the job
+starts, so both checks run in ``attnlab-train``'s own process before Hydra:
+
+* a directory that already holds a run (its ``summary.json`` or checkpoints)
+  is refused unless the run resumes there (``ckpt_path=last`` or a checkpoint
+  inside it) or the user says ``overwrite=true``;
+* a lock file (``.attnlab.lock``, ``fcntl.flock``) is held for the life of the
+  process, so a second run started into the same directory is refused while
+  the first one writes it.
+
+Default run directories carry a timestamp and a random suffix and need neither.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+
+from attnlab.errors import ConfigError
+
+LOCK_FILE = ".attnlab.lock"
+_held: list[int] = []  # open lock descriptors, kept until the process ends
+
+
+def explicit_dir(overrides: list[str], key: str) -> Path | None:
+    """The value of the last ``key=…`` override, resolved when it holds ``${…}``."""
+    values = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == key]
+    if not values:
+        return None
+    value = values[-1].strip("'\"")
+    if "${" in value:
+        return None  # resolved by Hydra from the config (torchrun's shared directory)
+    return Path(value).expanduser().absolute()
+
+
+def holds_a_run(folder: Path) -> bool:
+    return (folder / "summary.json").is_file() or any((folder / "checkpoints").glob("*.ckpt"))
+
+
+def is_primary_process() -> bool:
+    """Rank 0 of a distributed launch, or a plain process (the others share rank 0's dir)."""
+    return all(os.environ.get(k, "0") == "0" for k in ("RANK", "LOCAL_RANK", "NODE_RANK"))
+
+
+def claim(folder: Path, resuming: bool, overwrite: bool, what: str) -> None:
+    """Refuse a directory that holds a finished run or is being written; else lock it."""
+    if not is_primary_process():
+        return
+    if what == "hydra.run.dir":
+        jobs = [folder]
+    else:
+        jobs = sorted(p.parent for p in folder.glob("*/summary.json"))
+    taken = [d for d in jobs if holds_a_run(d)]
+    if taken and not (resuming or overwrite):
+        raise ConfigError(
+            f"{what}={folder} already holds a run ({taken[0] / 'summary.json'}); continue it "
+            f"with ckpt_path=last, choose another {what}, or pass overwrite=true to replace it"
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    lock(folder, what)
+    if taken and overwrite and not resuming:
+        for run in taken:  # the old run's results, so none is mistaken for the new run's
+            shutil.rmtree(run / "checkpoints", ignore_errors=True)
+            with contextlib.suppress(FileNotFoundError):
+                (run / "summary.json").unlink()
+
+
+def lock(folder: Path, what: str) -> None:
+    import fcntl
+
+    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        owner = os.read(fd, 64).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise ConfigError(
+            f"{what}={folder} is being written by another run (pid {owner}); wait for it to "
+            f"finish or choose another {what}"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    _held.append(fd)
+
+
+def release_all() -> None:
+    """Drop the locks this process holds (for callers that run several commands in-process)."""
+    import fcntl
+
+    while _held:
+        fd = _held.pop()
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
+def check_run_dirs(overrides: list[str], multirun: bool, resuming: bool, overwrite: bool) -> None:
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    folder = explicit_dir(overrides, key)
+    if folder is not None:
+        claim(folder, resuming, overwrite, key)
