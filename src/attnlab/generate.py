@@ -78,6 +78,24 @@ def decode_config(cfg: Any, options: dict[str, Any]) -> Any:
     return check_dataclass(DecodeConfig, values, "decode.")
 
 
+def check_known(tokenizer: Any, prompt: str) -> None:
+    """Name the prompt's characters the vocabulary lacks: an error when nothing else is left,
+    else a warning (they are read as <unk>)."""
+    from attnlab.data.base import UNK
+
+    unknown = sorted({c for c in prompt if not c.isspace() and UNK in tokenizer.encode(c)})
+    if not unknown:
+        return
+    shown = " ".join(repr(c) for c in unknown[:20])
+    known = [i for i in tokenizer.encode(prompt) if i != UNK]
+    if not known:
+        raise ConfigError(
+            f"prompt {prompt!r} has only characters this run's vocabulary lacks ({shown}); "
+            "use characters of the training data"
+        )
+    print(f"warning: not in the vocabulary, read as <unk>: {shown}", file=sys.stderr)
+
+
 def task_of(cfg: Any) -> str:
     """``seq2seq``, ``lm`` or ``classification``: asked of the data module, which loads nothing."""
     from attnlab.cli import pipeline
@@ -205,6 +223,8 @@ def run(argv: list[str]) -> int:
     seed = _integer("seed", options["seed"], 0) if options["seed"] is not None else int(cfg.seed)
     generator = torch.Generator(device=device).manual_seed(seed)
     raw = str(options["raw"]).lower() in ("1", "true", "yes")
+    for prompt in prompts:
+        check_known(tokenizer, prompt)
     encoded = [tokenizer.encode(p) for p in prompts for _ in range(num_samples)]
     if any(not ids for ids in encoded):
         raise ConfigError("a prompt encodes to no tokens; give text the tokenizer knows")

@@ -40,6 +40,7 @@ def run_job(cfg: Any) -> float | None:
     from omegaconf import OmegaConf
 
     from attnlab.callbacks.summary import write_summary
+    from attnlab.cli.rundir import disk_error
     from attnlab.cli.wandb_setup import sync_hint
     from attnlab.errors import UserError
 
@@ -67,6 +68,13 @@ def run_job(cfg: Any) -> float | None:
             _finish(write_summary, run_dir, result, overrides, config, started)
             fail(str(exc))
         print(f"error: job {hydra_cfg.job.num}: {' '.join(str(exc).split())}", file=sys.stderr)
+    except OSError as exc:
+        message = disk_error(exc)
+        if message is None:
+            raise
+        result["error"] = message
+        _finish(write_summary, run_dir, result, overrides, config, started)
+        fail(message if not multirun else f"job {hydra_cfg.job.num}: {message}")
     except Exception as exc:  # a crash (OOM, bug) is recorded, not hidden
         result["error"] = f"{type(exc).__name__}: {exc}"
         if not multirun:
@@ -100,7 +108,9 @@ def _finish(write_summary: Any, run_dir: Path, result: dict[str, Any], overrides
             config: Any, started: float) -> None:  # fmt: skip
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-    if rank_zero_only.rank == 0:
+    if rank_zero_only.rank != 0:
+        return
+    try:
         write_summary(
             run_dir,
             status=result["status"], error=result["error"], overrides=overrides, config=config,
@@ -109,6 +119,8 @@ def _finish(write_summary: Any, run_dir: Path, result: dict[str, Any], overrides
             wall_s=round(time.perf_counter() - started, 3),
             **{k: result[k] for k in ("stopped_at_step",) if k in result},
         )  # fmt: skip
+    except OSError as exc:  # a full or read-only disk: say so, keep the original error
+        print(f"warning: summary.json not written: {exc}", file=sys.stderr)
 
 
 def train(cfg: Any, run_dir: Path) -> dict[str, Any]:
@@ -198,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
                 overrides = resume_overrides(cfg, overrides)
                 argv = [a for a in argv if a.startswith("-")] + overrides
             resuming = cfg.get("ckpt_path") not in (None, "")
-            check_run_dirs(overrides, multirun, resuming, bool(cfg.get("overwrite")))
+            check_run_dirs(overrides, multirun, resuming, bool(cfg.get("overwrite")),
+                           str(cfg.paths.log_dir))  # fmt: skip
     SweepStatus.failed = []
     app = hydra.main(config_path=conf, config_name="config", version_base="1.3")(run_job)
     saved_argv = sys.argv

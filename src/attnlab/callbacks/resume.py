@@ -91,10 +91,17 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 torch.save(checkpoint, handle)
                 handle.flush()
                 os.fsync(handle.fileno())
+            os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp's 0600 would hide it from a team
             os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 class _AppendingWriter(ExperimentWriter):

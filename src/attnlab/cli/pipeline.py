@@ -62,8 +62,51 @@ def build_data(cfg: DictConfig) -> AttnlabDataModule:
     return datamodule
 
 
+# fp32 weights, their gradients and AdamW's two moments: bytes per parameter in training
+TRAINING_BYTES_PER_PARAM = 16
+
+
+def available_memory(accelerator: str) -> tuple[int, str] | None:
+    """(bytes available, where) on the device the run trains on, when it can be known."""
+    import torch
+
+    if accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available():
+        return torch.cuda.mem_get_info()[0], "free on the GPU"
+    try:
+        with open("/proc/meminfo") as f:
+            info = dict(line.split(":", 1) for line in f)
+        return int(info["MemAvailable"].split()[0]) * 1024, "available in memory"
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def check_memory(model: dict[str, Any], accelerator: str) -> None:
+    """Refuse, with the numbers, a model whose training state cannot fit before allocating it.
+
+    The parameters are counted exactly by building the model on the ``meta`` device
+    (shapes, no storage); activations come on top of this lower bound.
+    """
+    import torch
+
+    from attnlab.models import ModelConfig, build_model
+
+    with torch.device("meta"):
+        params = build_model(ModelConfig.from_dict(model)).num_params()
+    need = params * TRAINING_BYTES_PER_PARAM
+    have = available_memory(accelerator)
+    if have is not None and need > have[0]:
+        gib = 2**30
+        raise ConfigError(
+            f"model.d_model={model['d_model']}, model.n_layers={model['n_layers']} give "
+            f"{params / 1e9:.2f} G parameters, which need at least {need / gib:.1f} GiB for "
+            f"weights, gradients and AdamW state ({TRAINING_BYTES_PER_PARAM} bytes each), but "
+            f"{have[0] / gib:.1f} GiB is {have[1]}; choose a smaller model.d_model or n_layers"
+        )
+
+
 def build_task(cfg: DictConfig, datamodule: AttnlabDataModule) -> Task:
     model = {**container(cfg.model), "vocab_size": datamodule.vocab_size}
+    check_memory(model, str(cfg.trainer.get("accelerator", "cpu")))
     return task_class(datamodule.task)(
         model=model,
         optim=container(cfg.optim),

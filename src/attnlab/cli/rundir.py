@@ -72,7 +72,7 @@ def claim(folder: Path, resuming: bool, overwrite: bool, what: str) -> None:
 def lock(folder: Path, what: str) -> None:
     import fcntl
 
-    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)  # the umask applies
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -98,8 +98,42 @@ def release_all() -> None:
             os.close(fd)
 
 
-def check_run_dirs(overrides: list[str], multirun: bool, resuming: bool, overwrite: bool) -> None:
+def check_writable(folder: Path, key: str) -> None:
+    """Create ``folder`` and a file in it (os.access is no test for root or ACLs)."""
+    import tempfile
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"{key}={folder} is not a writable directory ({exc.strerror or exc}); choose one "
+            "you can write, e.g. paths.log_dir=<dir> or hydra.run.dir=<dir>"
+        ) from None
+
+
+def check_run_dirs(
+    overrides: list[str], multirun: bool, resuming: bool, overwrite: bool, log_dir: str
+) -> None:
+    """Before Hydra creates anything: the output directory is writable, and not taken."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     folder = explicit_dir(overrides, key)
-    if folder is not None:
-        claim(folder, resuming, overwrite, key)
+    if folder is None:
+        check_writable(Path(log_dir).expanduser().absolute(), "paths.log_dir")
+        return
+    check_writable(folder, key)
+    claim(folder, resuming, overwrite, key)
+
+
+def disk_error(exc: OSError) -> str | None:
+    """A one-line message for a write that failed for want of space or permission."""
+    import errno
+
+    if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
+        return None
+    where = f" writing {exc.filename}" if exc.filename else ""
+    return (
+        f"{exc.strerror or exc}{where}; free disk space or choose a writable directory "
+        "(paths.log_dir=…), then continue with ckpt_path=last"
+    )

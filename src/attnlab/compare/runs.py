@@ -134,6 +134,12 @@ def read_run(run_dir: str | os.PathLike[str]) -> Run:
             f"{summary_path} is not a JSON object; fix or delete the file, "
             "or leave that run out of PATH"
         )
+    for key, kind in (("metrics", dict), ("config", dict), ("overrides", list), ("status", str)):
+        if data.get(key) is not None and not isinstance(data[key], kind):
+            raise UserError(
+                f"{summary_path}: '{key}' is a {type(data[key]).__name__}, not a "
+                f"{kind.__name__}; it was not written by attnlab-train, fix or delete it"
+            )
     metrics = _finite_numbers(data.get("metrics") or {})
     metrics.update(_finite_numbers({k: data.get(k) for k in SUMMARY_NUMBERS}))
     overrides = data.get("overrides") or []
@@ -193,5 +199,21 @@ def _walk_run_dirs(path: Path) -> Iterator[Path]:
 
 
 def load_runs(paths: Iterable[str]) -> list[Run]:
-    """Every run under ``paths`` (run dirs, sweep dirs or globs), in path order."""
-    return [read_run(d) for d in find_run_dirs(paths)]
+    """Every run under ``paths`` (run dirs, sweep dirs or globs), in path order.
+
+    A run whose summary.json is unreadable or of the wrong shape is skipped with a
+    warning naming the file; when no run is left that is a UserError.
+    """
+    import sys
+
+    runs, skipped = [], []
+    for run_dir in find_run_dirs(paths):
+        try:
+            runs.append(read_run(run_dir))
+        except UserError as exc:
+            skipped.append(str(exc))
+            print(f"warning: skipped: {exc}", file=sys.stderr)
+    if not runs:
+        raise UserError(skipped[0] if len(skipped) == 1 else
+                        f"none of the {len(skipped)} runs could be read; {skipped[0]}")
+    return runs
