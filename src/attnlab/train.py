@@ -76,6 +76,11 @@ def run_job(cfg: Any) -> float | None:
         _finish(write_summary, run_dir, result, overrides, config, started)
         fail(message if not multirun else f"job {hydra_cfg.job.num}: {message}")
     except Exception as exc:  # a crash (OOM, bug) is recorded, not hidden
+        message = trainer_setting_error(exc)
+        if message is not None:  # Lightning refused a trainer.* value: the user's to fix
+            result["error"] = message
+            _finish(write_summary, run_dir, result, overrides, config, started)
+            fail(message if not multirun else f"job {hydra_cfg.job.num}: {message}")
         result["error"] = f"{type(exc).__name__}: {exc}"
         if not multirun:
             _finish(write_summary, run_dir, result, overrides, config, started)
@@ -102,6 +107,19 @@ def run_job(cfg: Any) -> float | None:
     if result["status"] != "completed" or value is None or value != value:
         return None
     return float(value)
+
+
+def trainer_setting_error(exc: Exception) -> str | None:
+    """A one-line message when Lightning itself refused a setting (raised in its own code)."""
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    in_lightning = bool(frames) and "/lightning/" in frames[-1].filename
+    if not (isinstance(exc, MisconfigurationException) or (
+            isinstance(exc, ValueError) and in_lightning)):  # fmt: skip
+        return None
+    reason = " ".join(str(exc).split())
+    return f"Lightning refused the trainer settings: {reason}; fix the trainer.* override"
 
 
 def _finish(write_summary: Any, run_dir: Path, result: dict[str, Any], overrides: list[str],

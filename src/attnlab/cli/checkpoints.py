@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -217,7 +218,7 @@ def load_run_config(run_dir: Path, overrides: Iterable[tuple[str, Any]]) -> Dict
     path = run_dir / CONFIG_FILE
     try:
         cfg = OmegaConf.load(path)
-    except (OSError, OmegaConfBaseException, ValueError, UnicodeDecodeError) as exc:
+    except (OSError, OmegaConfBaseException, ValueError, yaml.YAMLError) as exc:
         reason = " ".join(str(exc).split())[:200]
         raise CheckpointError(
             f"{path} is not a readable config ({reason}); restore it from the run's copy or "

@@ -126,7 +126,7 @@ def read_run(run_dir: str | os.PathLike[str]) -> Run:
         data = json.loads(summary_path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise UserError(
-            f"cannot read {summary_path}: {e}; fix or delete the file, "
+            f"{summary_path} cannot be read ({e}); fix or delete the file, "
             "or leave that run out of PATH"
         ) from None
     if not isinstance(data, dict):
@@ -212,8 +212,9 @@ def load_runs(paths: Iterable[str]) -> list[Run]:
             runs.append(read_run(run_dir))
         except UserError as exc:
             skipped.append(str(exc))
-            print(f"warning: skipped: {exc}", file=sys.stderr)
     if not runs:
         raise UserError(skipped[0] if len(skipped) == 1 else
                         f"none of the {len(skipped)} runs could be read; {skipped[0]}")
+    for reason in skipped:
+        print(f"warning: skipped: {reason}", file=sys.stderr)
     return runs

@@ -1,0 +1,175 @@
+"""Faults during a run: Ctrl-C and preemption signals, a second run into a busy or finished
+directory, a diverged run's exit code, a full or unwritable disk, file permissions."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnlab import train as attnlab_train
+from cli_runs import TINY, finish, start, summary
+from composed_runs import TINY_MODEL
+
+ONE_EPOCH = ["trainer.max_epochs=1", "trainer.enable_progress_bar=false", "data.batch_size=8",
+             "data=majority", "data.train_size=16", "data.val_size=8", "data.test_size=8"]
+
+
+def train_code(args: list[str]) -> int:
+    try:
+        return attnlab_train.main(args)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+def error_lines(capfd: pytest.CaptureFixture[str]) -> list[str]:
+    out, err = capfd.readouterr()
+    assert "Traceback" not in out + err, err[-3000:]
+    return [line for line in err.splitlines() if line.startswith("error:")]
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p): (p.stat().st_mtime_ns, p.stat().st_size) for p in folder.rglob("*")
+            if p.is_file() and p.name != ".attnlab.lock"}  # fmt: skip
+
+
+@pytest.fixture
+def finished(tmp_path: Path) -> Path:
+    run_dir = tmp_path / "run"
+    assert train_code([*TINY_MODEL, *ONE_EPOCH, f"hydra.run.dir={run_dir}"]) == 0
+    return run_dir
+
+
+def test_a_new_run_into_a_finished_run_directory_is_refused_and_changes_nothing(
+    finished: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    before = snapshot(finished)
+    capfd.readouterr()
+    assert train_code([*TINY_MODEL, *ONE_EPOCH, "seed=3", f"hydra.run.dir={finished}"]) == 2
+    (line,) = error_lines(capfd)
+    assert "already holds a run" in line and "ckpt_path=last" in line and "overwrite=true" in line
+    assert snapshot(finished) == before
+
+
+def test_overwrite_true_replaces_a_finished_run(finished: Path) -> None:
+    args = [*TINY_MODEL, *ONE_EPOCH, "seed=3", "overwrite=true", f"hydra.run.dir={finished}"]
+    assert train_code(args) == 0
+    assert summary(finished)["config"]["seed"] == 3
+    assert len(list((finished / "checkpoints").glob("best*"))) == 1
+
+
+def test_a_sweep_into_a_sweep_directory_with_results_is_refused(
+    finished: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    sweep = tmp_path / "sweep"
+    (sweep / "0").mkdir(parents=True)
+    (sweep / "0" / "summary.json").write_text('{"status": "completed"}')
+    capfd.readouterr()
+    code = train_code(["-m", *TINY_MODEL, *ONE_EPOCH, "seed=1,2", f"hydra.sweep.dir={sweep}"])
+    assert code == 2
+    assert "hydra.sweep.dir" in error_lines(capfd)[0]
+    assert json.loads((sweep / "0" / "summary.json").read_text()) == {"status": "completed"}
+
+
+def test_a_diverged_single_run_exits_non_zero(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attnlab.tasks.base import Task
+
+    real_loss = Task.loss
+    monkeypatch.setattr(Task, "loss", lambda self, *a, **k: real_loss(self, *a, **k) * float("nan"))
+    run_dir = tmp_path / "run"
+    assert train_code([*TINY_MODEL, *ONE_EPOCH, f"hydra.run.dir={run_dir}"]) == 1
+    assert summary(run_dir)["status"] == "diverged"
+
+
+def test_an_unwritable_log_dir_is_refused_in_one_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    assert train_code([*TINY, f"paths.log_dir={blocker / 'logs'}"]) == 2
+    (line,) = error_lines(capfd)
+    assert "paths.log_dir" in line and "not a writable directory" in line
+
+
+def test_a_full_disk_while_checkpointing_ends_in_one_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attnlab.callbacks import resume
+
+    def no_space(obj: object, f: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "x.ckpt"))
+
+    monkeypatch.setattr(resume.torch, "save", no_space)
+    run_dir = tmp_path / "run"
+    assert train_code([*TINY_MODEL, *ONE_EPOCH, f"hydra.run.dir={run_dir}"]) == 2
+    (line,) = error_lines(capfd)
+    assert "No space left on device" in line and "ckpt_path=last" in line
+    assert summary(run_dir)["status"] == "failed"
+
+
+def test_checkpoints_and_run_files_respect_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        run_dir = tmp_path / "run"
+        assert train_code([*TINY_MODEL, *ONE_EPOCH, f"hydra.run.dir={run_dir}"]) == 0
+    finally:
+        os.umask(old)
+    for path in [*run_dir.glob("checkpoints/*.ckpt"), run_dir / "summary.json"]:
+        assert path.stat().st_mode & 0o777 == 0o644, path
+
+
+LONG = [*TINY_MODEL, "trainer.max_steps=100000", "trainer.max_epochs=-1",
+        "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1",
+        "+logger.csv.flush_logs_every_n_steps=1", "data=majority", "data.train_size=64",
+        "data.batch_size=8", "test=false"]  # fmt: skip
+
+
+def wait_for_steps(run_dir: Path, proc: object, timeout: float = 120) -> None:
+    metrics = run_dir / "metrics.csv"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, finish(proc).stderr[-3000:]  # type: ignore[attr-defined]
+        if metrics.is_file() and len(metrics.read_text().splitlines()) > 3:
+            return
+        time.sleep(0.2)
+    raise AssertionError("training did not start")
+
+
+@pytest.mark.parametrize(("signum", "status", "code"), [
+    (signal.SIGINT, "interrupted", 130), (signal.SIGUSR1, "preempted", 143),
+])  # fmt: skip
+def test_a_signal_stops_at_a_step_with_a_usable_last_checkpoint_and_a_second_run_is_refused(
+    signum: int, status: str, code: int, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    proc = start("train", *LONG, f"hydra.run.dir={run_dir}")
+    try:
+        wait_for_steps(run_dir, proc)
+        capfd.readouterr()
+        assert train_code([*LONG, f"hydra.run.dir={run_dir}"]) == 2  # a second run, meanwhile
+        (line,) = error_lines(capfd)
+        assert "is being written by another run" in line and str(proc.pid) in line
+        proc.send_signal(signum)
+        result = finish(proc, timeout=120)
+    finally:
+        proc.kill()
+    assert result.returncode == code, result.stderr[-3000:]
+    record = summary(run_dir)
+    assert record["status"] == status and "ckpt_path=last" in record["error"]
+    checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    step = checkpoint["global_step"]
+    assert step == record["stopped_at_step"] > 0
+    resumed = [a for a in LONG if not a.startswith("trainer.max_steps")]
+    args = [*resumed, f"trainer.max_steps={step + 2}", "ckpt_path=last", f"hydra.run.dir={run_dir}"]
+    assert train_code(args) == 0
+    assert summary(run_dir)["status"] == "completed"
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)[
+        "global_step"] == step + 2  # fmt: skip
