@@ -81,10 +81,11 @@ CONFIG_CASES: dict[str, tuple[list[str], str]] = {
     "sweep_without_m": (["model.norm=pre,post"], "add -m"),
     "sweep_bad_value": (["-m", "model.norm=pre,mid"], "model.norm=mid"),
     "grammar": (["tags=[a"], "quote the value"),
-    "val_interval": (["trainer.val_check_interval=1000000"], "Lightning refused"),
+    "lightning_refuses": (["trainer.limit_train_batches=1.5"], "limit_train_batches"),
+    "real_key_needs_plus": (["trainer.strategy=ddp"], "+trainer.strategy=ddp"),
 }
 # refused after Hydra made the run directory (the job itself found it): a failed summary
-IN_THE_JOB = ("encoder_only_seq2seq", "val_interval")
+IN_THE_JOB = ("encoder_only_seq2seq", "lightning_refuses")
 
 
 def logs_with_an_earlier_run(root: Path) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import sys
@@ -95,10 +96,24 @@ def user_errors() -> Iterator[None]:
         fail(str(exc))
 
 
+class _DropAdvertisements(logging.Filter):
+    """Lightning's "💡 Tip: … try installing litlogger" line, printed at every Trainer."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "litlogger" not in str(record.msg)
+
+
+_DROP_ADVERTISEMENTS = _DropAdvertisements()
+
+
 def quiet_environment() -> None:
-    """Defaults that keep runs non-interactive and offline-safe."""
+    """Defaults that keep runs non-interactive and offline-safe, and the console readable."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logging.getLogger(name).addFilter(_DROP_ADVERTISEMENTS)
+    # Lightning 2.6 calls a torch.utils._pytree API that torch 2.13 deprecates
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
 
 
 def run_key_value_command(

@@ -84,8 +84,27 @@ def _unknown_key_hint(exc: Exception, overrides: list[str]) -> str | None:
     node = OmegaConf.select(base, parent) if parent else base
     if not isinstance(node, DictConfig):
         return None
+    if _accepts(node, parent, leaf):
+        value = next(o.split("=", 1)[1] for o in overrides
+                     if o.split("=", 1)[0].lstrip("~") == key)  # fmt: skip
+        return (f"{key} is a real setting that {parent}'s YAML leaves out; add it with "
+                f"+{key}={value}")
     prefix = f"{parent}." if parent else ""
     return f"{key} is not a config key; {nearest(leaf, [str(k) for k in node], prefix)}"
+
+
+def _accepts(node: DictConfig, parent: str, leaf: str) -> bool:
+    """Whether the class ``parent`` builds (the Trainer, the data module) takes ``leaf``."""
+    from attnlab.cli.schema import check_data_class, signature_hints
+
+    if parent == "trainer":
+        import lightning.pytorch as pl
+
+        return leaf in signature_hints(pl.Trainer.__init__)
+    if parent == "data":
+        cls = check_data_class(node.get("_target_"))
+        return cls is not None and leaf in signature_hints(cls.__init__)
+    return False
 
 
 def compose_config(overrides: list[str]) -> DictConfig:

@@ -16,6 +16,7 @@ from lightning.pytorch.loggers import CSVLogger, Logger
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.callbacks.divergence import DivergenceGuard
+from attnlab.callbacks.progress import ValidateAtMaxSteps
 from attnlab.callbacks.resume import AtomicCheckpointIO, ContinuedCSVLogger, RngState
 from attnlab.callbacks.stop import GracefulStop
 from attnlab.data.base import AttnlabDataModule
@@ -128,7 +129,7 @@ def build_callbacks(cfg: DictConfig) -> list[L.Callback]:
         for name, node in nodes.items()
         if node and "_target_" in node and (bar or "ProgressBar" not in str(node._target_))
     ]
-    for required in (RngState, DivergenceGuard, GracefulStop):
+    for required in (RngState, DivergenceGuard, GracefulStop, ValidateAtMaxSteps):
         if not any(isinstance(c, required) for c in callbacks):
             callbacks.append(required())
     return callbacks

@@ -135,17 +135,23 @@ def signature_hints(func: Any) -> dict[str, Any]:
     }
 
 
-def check_data(values: dict[str, Any]) -> None:
-    """``data.*`` against the chosen data module's constructor."""
+def check_data_class(target: Any) -> type | None:
+    """The data module class ``data._target_`` names, imported only when allowlisted."""
     import importlib
 
     from attnlab.cli.targets import DATA_MODULES, EXTRA_TARGETS
 
-    target = values.get("_target_")
     if target not in DATA_MODULES | EXTRA_TARGETS:
-        return  # check_targets refuses it with the reason
+        return None
     module, _, name = str(target).rpartition(".")
-    cls = getattr(importlib.import_module(module), name)
+    return getattr(importlib.import_module(module), name)
+
+
+def check_data(values: dict[str, Any]) -> None:
+    """``data.*`` against the chosen data module's constructor."""
+    cls = check_data_class(values.get("_target_"))
+    if cls is None:
+        return  # check_targets refuses it with the reason
     rest = {k: v for k, v in values.items() if k != "_target_"}
     check_keys(rest, signature_hints(cls.__init__), "data.")
     for key in ("batch_size",):

@@ -36,6 +36,7 @@ RUN_OBJECTS = frozenset({
     "lightning.pytorch.strategies.FSDPStrategy",
     "lightning.pytorch.callbacks.ModelCheckpoint",
     "lightning.pytorch.callbacks.LearningRateMonitor",
+    "attnlab.callbacks.lr_monitor.LearningRateMonitor",
     "lightning.pytorch.callbacks.RichProgressBar",
     "lightning.pytorch.callbacks.TQDMProgressBar",
     "lightning.pytorch.callbacks.EarlyStopping",
@@ -52,6 +53,8 @@ RUN_OBJECTS = frozenset({
     "attnlab.callbacks.diagnostics.TrainingDiagnostics",
     "attnlab.callbacks.resume.RngState",
     "attnlab.callbacks.stop.GracefulStop",
+    "attnlab.callbacks.progress.StepProgressBar",
+    "attnlab.callbacks.progress.ValidateAtMaxSteps",
 })  # fmt: skip
 
 # your own classes: one dotted path each

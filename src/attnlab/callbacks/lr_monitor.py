@@ -1,0 +1,41 @@
+"""Lightning's LearningRateMonitor, one series per optimiser when its groups share a rate.
+
+attnlab's AdamW has two parameter groups (with and without weight decay) that
+the schedule moves together; Lightning logs each (``lr-AdamW/pg1``,
+``lr-AdamW/pg2``), which doubles every chart. Groups whose rates agree are
+logged once, as ``lr-AdamW``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from lightning.pytorch.callbacks import LearningRateMonitor as LightningLearningRateMonitor
+
+_GROUP = re.compile(r"^(?P<name>.+)/pg\d+(?P<suffix>.*)$")
+
+
+class LearningRateMonitor(LightningLearningRateMonitor):
+    def _extract_stats(self, trainer: Any, interval: str) -> dict[str, float]:
+        stats = super()._extract_stats(trainer, interval)
+        by_series: dict[str, dict[str, float]] = {}
+        for key, value in stats.items():
+            found = _GROUP.match(key)
+            if found:
+                by_series.setdefault(found["name"] + found["suffix"], {})[key] = value
+        for merged, groups in by_series.items():
+            if len(set(groups.values())) == 1:  # every group at one rate: one series
+                for key in groups:
+                    stats.pop(key)
+                    trainer.callback_metrics.pop(key, None)
+                stats[merged] = next(iter(groups.values()))
+                trainer.callback_metrics[merged] = trainer.callback_metrics.get(
+                    merged, _tensor(trainer, stats[merged]))
+        return stats
+
+
+def _tensor(trainer: Any, value: float) -> Any:
+    import torch
+
+    return torch.tensor(value, device=trainer.strategy.root_device)
