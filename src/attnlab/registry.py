@@ -40,5 +40,8 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         return sorted(self._items)
 
+    def items(self) -> list[tuple[str, T]]:
+        return sorted(self._items.items())
+
     def __contains__(self, name: object) -> bool:
         return name in self._items

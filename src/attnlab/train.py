@@ -2,10 +2,12 @@
 
     attnlab-train model=decoder_only model.norm=post data=copy seed=1
     attnlab-train -m model=decoder_only,encoder_decoder model.norm=pre,post
+    attnlab-train --options      # every value of every registry-backed key, with its reference
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 import traceback
@@ -39,10 +41,8 @@ def run_job(cfg: Any) -> float | None:
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
-    from attnlab.callbacks.summary import write_summary
-    from attnlab.cli.rundir import disk_error
-    from attnlab.cli.wandb_setup import sync_hint
-    from attnlab.errors import UserError
+    from attnlab.cli.console import log_to_file
+    from attnlab.cli.rundir import is_primary_process
 
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
@@ -54,8 +54,30 @@ def run_job(cfg: Any) -> float | None:
         config = OmegaConf.to_container(cfg, resolve=True)
     except Exception:  # an unresolvable value is reported by the build below
         config = OmegaConf.to_container(cfg, resolve=False)
+    with log_to_file(run_dir) if is_primary_process() else contextlib.nullcontext():
+        return _run_logged(cfg, run_dir, hydra_cfg, multirun, overrides, config, started, result)
+
+
+def _run_logged(cfg: Any, run_dir: Path, hydra_cfg: Any, multirun: bool, overrides: list[str],
+                config: Any, started: float, result: dict[str, Any]) -> float | None:  # fmt: skip
+    from omegaconf import open_dict
+
+    from attnlab.callbacks.summary import write_summary
+    from attnlab.cli.console import job_line, parallel_launcher, print_config_tree
+    from attnlab.cli.rundir import disk_error, is_primary_process
+    from attnlab.cli.wandb_setup import sync_hint
+    from attnlab.errors import UserError
+
+    quiet = multirun and parallel_launcher(hydra_cfg)
+    if quiet:  # side-by-side jobs: one line each instead of bars overwriting each other
+        with open_dict(cfg):
+            cfg.trainer.enable_progress_bar = False
+        print(job_line(hydra_cfg.job.num, overrides, f"started in {run_dir}"), flush=True)
+    elif not multirun and is_primary_process():
+        print_config_tree(config)
+        print(f"run directory: {run_dir}", flush=True)
     try:
-        result.update(train(cfg, run_dir))
+        result.update(train(cfg, run_dir, banner=not quiet))
     except (KeyboardInterrupt, SystemExit) as exc:  # a second Ctrl-C: stopped mid-step
         if isinstance(exc, SystemExit) and exc.code == 2:
             raise  # a one-line error already printed
@@ -87,6 +109,10 @@ def run_job(cfg: Any) -> float | None:
             raise
         traceback.print_exc()
     _finish(write_summary, run_dir, result, overrides, config, started)
+    if quiet:
+        shown = " ".join(f"{k}={v:.4g}" for k, v in sorted(result["metrics"].items())
+                         if k.startswith("val/"))  # fmt: skip
+        print(job_line(hydra_cfg.job.num, overrides, f"{result['status']} {shown}"), flush=True)
     if not multirun:
         metrics = result["metrics"]
         shown = ", ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items())
@@ -141,7 +167,7 @@ def _finish(write_summary: Any, run_dir: Path, result: dict[str, Any], overrides
         print(f"warning: summary.json not written: {exc}", file=sys.stderr)
 
 
-def train(cfg: Any, run_dir: Path) -> dict[str, Any]:
+def train(cfg: Any, run_dir: Path, banner: bool = False) -> dict[str, Any]:
     """Build everything from the config, fit, test; return status and metrics."""
     import lightning as L
 
@@ -165,6 +191,10 @@ def train(cfg: Any, run_dir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"status": "failed"}
     try:
         trainer = pipeline.build_trainer(cfg, run_dir, callbacks, loggers)
+        if banner and trainer.is_global_zero:
+            print(f"parameters:    {task.model.num_params():,}\n"
+                  f"device:        {trainer.strategy.root_device} × {trainer.world_size} "
+                  f"({trainer.precision} precision)", flush=True)  # fmt: skip
         if trainer.is_global_zero:
             datamodule.save_tokenizer(run_dir)
         out = _fit_and_test(cfg, trainer, task, datamodule, resume_from)
@@ -217,6 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     quiet_environment()
     register_resolvers()
     argv = quote_non_ascii(list(sys.argv[1:] if argv is None else argv))
+    if "--options" in argv:
+        from attnlab.cli.listing import print_options
+
+        print_options()
+        return 0
     with user_errors():
         argv = torchrun_run_dir(argv)
     overrides, multirun, flags = _split(argv)

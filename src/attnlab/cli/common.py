@@ -28,9 +28,11 @@ def config_dir() -> Path:
     raise UserError("attnlab's conf/ directory is missing; reinstall attnlab (make setup)")
 
 
-# Overrides that say where or how a run executes, not what it is: a run's name (W&B) and
-# ckpt_path=last ignore them, so a resumed run may change trainer.max_epochs or the logger.
-NOT_RUN_IDENTITY = ("hydra", "ckpt_path", "trainer", "logger", "callbacks", "paths")
+# Overrides that say where or how a run executes or is labelled, not what it computes: a
+# run's name (W&B) and ckpt_path=last ignore them, so a resumed run may change
+# trainer.max_epochs, the logger, the launcher (hydra/launcher=…), its tags or test=false.
+NOT_RUN_IDENTITY = ("hydra", "ckpt_path", "trainer", "logger", "callbacks", "paths", "tags",
+                    "test", "overwrite", "optimized_metric", "experiment_name")  # fmt: skip
 
 
 def identity_overrides(overrides: list[str]) -> list[str]:

@@ -1,0 +1,110 @@
+"""What a researcher sees: the start banner, ``train.log``, one line per job in parallel sweeps.
+
+* The banner (single runs): the composed config as a rich tree (as the
+  lightning-hydra-template's ``print_config_tree``), then the run directory,
+  the parameter count and the device.
+* ``<run_dir>/train.log``: everything the run prints to stdout and stderr,
+  without the progress bar's redraws (cursor-control sequences) or colours.
+* Jobs of a parallel sweep (joblib) share one terminal: their bars would
+  overwrite each other, so each job prints one line when it starts and one
+  when it ends instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+LOG_FILE = "train.log"
+# cursor movement and line erasing: the frames of a live progress bar
+_REDRAW = re.compile(r"\x1b\[(\d*[ABCDGJK]|\?25[hl])")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# the sections shown first in the tree, in this order
+TREE_ORDER = ("model", "data", "optim", "task", "trainer", "callbacks", "logger", "paths")
+
+
+def print_config_tree(config: dict[str, Any], file: TextIO | None = None) -> None:
+    """The resolved config as a rich tree, one branch per section, YAML inside."""
+    import yaml
+    from rich.console import Console
+    from rich.syntax import Syntax
+    from rich.tree import Tree
+
+    tree = Tree("config", style="bold")
+    top = {k: v for k, v in config.items() if not isinstance(v, dict)}
+    sections = [k for k in TREE_ORDER if k in config]
+    sections += [k for k, v in config.items() if isinstance(v, dict) and k not in sections]
+    for name in sections:
+        text = yaml.safe_dump(config[name], sort_keys=False, default_flow_style=False)
+        tree.add(name, style="bold").add(Syntax(text.rstrip(), "yaml", theme="ansi_dark"))
+    if top:
+        text = yaml.safe_dump(top, sort_keys=False, default_flow_style=False)
+        tree.add("run", style="bold").add(Syntax(text.rstrip(), "yaml", theme="ansi_dark"))
+    Console(file=file or sys.stdout, soft_wrap=True).print(tree)
+
+
+class _Tee(io.TextIOBase):
+    """Writes to the console stream and, cleaned of redraws and colours, to the log."""
+
+    def __init__(self, stream: TextIO, log: TextIO) -> None:
+        self.stream, self.log = stream, log
+
+    def write(self, text: str) -> int:
+        self.stream.write(text)
+        if not _REDRAW.search(text):
+            self.log.write(_ANSI.sub("", text).replace("\r", ""))
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+        self.log.flush()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.stream, "encoding", "utf-8")
+
+
+@contextlib.contextmanager
+def log_to_file(run_dir: Path) -> Iterator[None]:
+    """Copy this process's stdout and stderr into ``<run_dir>/train.log`` (appended on resume)."""
+    try:
+        log = (run_dir / LOG_FILE).open("a", encoding="utf-8")
+    except OSError:
+        yield  # an unwritable run directory is reported by the run itself
+        return
+    import logging
+
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Tee(sys.stdout, log), _Tee(sys.stderr, log)
+    handler = logging.StreamHandler(log)  # Lightning's log lines go to its own console handler
+    loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "lightning.fabric")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+        sys.stdout, sys.stderr = saved
+        log.close()
+
+
+def parallel_launcher(hydra_cfg: Any) -> bool:
+    """Whether the sweep's jobs run side by side in one terminal (joblib)."""
+    target = str((hydra_cfg.get("launcher") or {}).get("_target_", ""))
+    return "joblib" in target.lower()
+
+
+def job_line(number: int, overrides: list[str], what: str) -> str:
+    return f"job {number} [{' '.join(overrides)}] {what}"
