@@ -152,7 +152,9 @@ def test_nan_loss_ends_the_run_as_diverged_with_finite_last_checkpoint(
         "data.train_size=64", "data.val_size=8", "data.test_size=8", "data.batch_size=8",
         "model.d_model=32",
     ], tmp_path)  # fmt: skip
-    run_job(cfg)
+    with pytest.raises(SystemExit) as exit_info:  # a single run that diverged exits with 1
+        run_job(cfg)
+    assert exit_info.value.code == 1
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "diverged"
     assert summary["error"].startswith("non-finite loss at step 3")

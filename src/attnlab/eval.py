@@ -36,7 +36,6 @@ def build_trainer(cfg: Any, overrides: list[tuple[str, Any]], split: str) -> Any
     """
     import lightning as L
 
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no device banners
     trainer_cfg = cfg.get("trainer") or {}
     asked = {key.lstrip("+") for key, _ in overrides}
     options = {
@@ -112,7 +111,13 @@ def run(argv: list[str]) -> int:
     run_dir, ckpt = locate_run(options["run_dir"], options["ckpt_path"])
     cfg = load_run_config(run_dir, overrides)
     print(f"checkpoint: {ckpt}", flush=True)
-    metrics = evaluate(cfg, ckpt, split, overrides)
+    lightning_log = logging.getLogger("lightning.pytorch")
+    level = lightning_log.level
+    lightning_log.setLevel(logging.WARNING)  # no device banners
+    try:
+        metrics = evaluate(cfg, ckpt, split, overrides)
+    finally:
+        lightning_log.setLevel(level)
     record = {
         "run_dir": str(run_dir), "checkpoint": str(ckpt), "split": split,
         "overrides": [f"{k}={v}" for k, v in overrides], "metrics": metrics,

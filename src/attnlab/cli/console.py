@@ -56,13 +56,15 @@ class _Tee(io.TextIOBase):
 
     def write(self, text: str) -> int:
         self.stream.write(text)
-        if not _REDRAW.search(text):
+        # a logging handler made while this tee was sys.stderr may outlive the run's log
+        if not self.log.closed and not _REDRAW.search(text):
             self.log.write(_ANSI.sub("", text).replace("\r", ""))
         return len(text)
 
     def flush(self) -> None:
         self.stream.flush()
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
 
     def isatty(self) -> bool:
         return self.stream.isatty()

@@ -54,14 +54,15 @@ def claim(folder: Path, resuming: bool, overwrite: bool, what: str) -> None:
         jobs = [folder]
     else:
         jobs = sorted(p.parent for p in folder.glob("*/summary.json"))
+    folder.mkdir(parents=True, exist_ok=True)
+    lock(folder, what)  # a run writing it now is the first thing to report
     taken = [d for d in jobs if holds_a_run(d)]
     if taken and not (resuming or overwrite):
+        release_all()
         raise ConfigError(
             f"{what}={folder} already holds a run ({taken[0] / 'summary.json'}); continue it "
             f"with ckpt_path=last, choose another {what}, or pass overwrite=true to replace it"
         )
-    folder.mkdir(parents=True, exist_ok=True)
-    lock(folder, what)
     if taken and overwrite and not resuming:
         for run in taken:  # the old run's results, so none is mistaken for the new run's
             shutil.rmtree(run / "checkpoints", ignore_errors=True)
