@@ -68,6 +68,45 @@ def test_a_resumed_run_ends_with_the_same_val_loss_as_an_uninterrupted_one(
     assert _val_losses(tmp_path) == pytest.approx(_val_losses(reference_dir), abs=1e-6)
 
 
+def _parallel_files(folder: Path) -> list[str]:
+    """A tiny de→en-like corpus of 96 pairs of varied length (bucketing has work to do)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    words = "a b c d e f g h".split()
+    src = [" ".join(words[(i + j) % 8] for j in range(1 + i % 7)) for i in range(96)]
+    tgt = [" ".join(reversed(line.split())) for line in src]
+    (folder / "train.src").write_text("\n".join(src) + "\n")
+    (folder / "train.tgt").write_text("\n".join(tgt) + "\n")
+    (folder / "val.src").write_text("\n".join(src[:16]) + "\n")
+    (folder / "val.tgt").write_text("\n".join(tgt[:16]) + "\n")
+    return [
+        "data=translation", f"data.files.train.src={folder / 'train.src'}",
+        f"data.files.train.tgt={folder / 'train.tgt'}", f"data.files.val.src={folder / 'val.src'}",
+        f"data.files.val.tgt={folder / 'val.tgt'}", "data.tokenizer=char", "data.batch_size=8",
+        "data.bucket_batches=4", f"data.cache_dir={folder / 'cache'}", "task.bleu=false",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("stop", [6, 12], ids=["mid-epoch", "epoch-end"])
+def test_a_resumed_translation_run_with_bucketed_batches_ends_like_an_uninterrupted_one(
+    tmp_path: Path, stop: int
+) -> None:
+    data = _parallel_files(tmp_path / "data")  # 96 pairs / 8 = 12 bucketed batches an epoch
+    args = [*[a for a in RUN if not a.startswith(("data.", "optim.decay"))], *data,
+            "optim.decay_steps=30"]  # fmt: skip
+
+    def run(run_dir: Path, max_steps: int, *extra: str) -> dict:
+        return train(compose_run([*args, f"trainer.max_steps={max_steps}", *extra], run_dir),
+                     run_dir)  # fmt: skip
+
+    reference = run(tmp_path / "uninterrupted", 30)
+    assert run(tmp_path / "resumed", stop)["status"] == "completed"
+    resumed = run(tmp_path / "resumed", 30, "ckpt_path=last")
+    assert resumed["metrics"]["val/loss"] == pytest.approx(reference["metrics"]["val/loss"],
+                                                           abs=1e-6)  # fmt: skip
+    assert _val_losses(tmp_path / "resumed") == pytest.approx(
+        _val_losses(tmp_path / "uninterrupted"), abs=1e-6)  # fmt: skip
+
+
 def test_checkpoints_load_with_weights_only(uninterrupted: tuple[dict, Path]) -> None:
     _, run_dir = uninterrupted
     checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)

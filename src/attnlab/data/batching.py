@@ -59,8 +59,12 @@ class BucketBatchSampler(BatchSampler):
     The ``sampler`` supplies indices (already shuffled for training; Lightning
     swaps in a DistributedSampler under DDP). They are cut into chunks of
     ``batch_size * bucket_batches``; each chunk is sorted by length and split
-    into batches; the batches are then shuffled, with a generator seeded by
-    ``seed`` and the epoch, so the order is deterministic for a seed.
+    into batches; the batches are then shuffled, with a generator drawn from
+    ``(seed, epoch)`` alone, so an epoch's batches are the same whenever it is
+    replayed. :meth:`set_epoch` (called by Lightning before every epoch) passes
+    the epoch to the sampler too, and :meth:`skip_batches` starts the next pass
+    that many batches in: a run resumed mid-epoch continues with the next unseen
+    batch (:class:`attnlab.data.sampling.ResumableDataLoader`).
     """
 
     def __init__(
@@ -77,6 +81,15 @@ class BucketBatchSampler(BatchSampler):
         self.seed = seed
         self.bucket_batches = bucket_batches
         self.epoch = 0
+        self._start = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        if callable(getattr(self.sampler, "set_epoch", None)):
+            self.sampler.set_epoch(epoch)  # type: ignore[attr-defined]
+
+    def skip_batches(self, n: int) -> None:
+        self._start = n
 
     def _batches(self) -> list[list[int]]:
         indices = list(self.sampler)
@@ -92,10 +105,14 @@ class BucketBatchSampler(BatchSampler):
         return batches
 
     def __iter__(self) -> Iterator[list[int]]:
+        from attnlab.data.sampling import epoch_generator
+
+        start, self._start = self._start, 0
+        # Lightning sets the epoch on the inner sampler (EpochRandomSampler, DistributedSampler)
+        epoch = getattr(self.sampler, "epoch", self.epoch)
         batches = self._batches()
-        generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        self.epoch += 1
-        for j in torch.randperm(len(batches), generator=generator).tolist():
+        order = torch.randperm(len(batches), generator=epoch_generator(self.seed, epoch))
+        for j in order[start:].tolist():
             yield batches[j]
 
     def __len__(self) -> int:

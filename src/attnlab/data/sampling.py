@@ -80,9 +80,12 @@ class ResumableDataLoader(DataLoader):
         skip, self._resume_at = self._resume_at, 0
         sampler = self._epoch_sampler()
         self._epoch = sampler.epoch if sampler is not None else self._epoch
-        if sampler is not None and skip and self.batch_size is not None:
+        batches = self.batch_sampler
+        drop = 0
+        if sampler is not None and skip and callable(getattr(batches, "skip_batches", None)):
+            batches.skip_batches(skip)  # type: ignore[union-attr]  # a bucketed epoch
+        elif sampler is not None and skip and self.batch_size is not None:
             sampler.skip(skip * self.batch_size)
-            drop = 0
         else:
             drop = skip
         self._served = skip
@@ -101,5 +104,7 @@ class ResumableDataLoader(DataLoader):
             return
         sampler = self._epoch_sampler()
         if sampler is not None:
-            sampler.set_epoch(int(state.get("epoch", sampler.epoch)))
+            epoch = int(state.get("epoch", sampler.epoch))
+            setter = getattr(self.batch_sampler, "set_epoch", sampler.set_epoch)
+            setter(epoch)
         self._resume_at = served

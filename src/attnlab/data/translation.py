@@ -15,12 +15,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset, RandomSampler
+from torch.utils.data import DataLoader, Dataset
 
 from attnlab.data.batching import BucketBatchSampler, PackedSequences, pad_batch
 from attnlab.data.cache import CachedDataModule
 from attnlab.data.files import existing_file, file_identity, read_lines
 from attnlab.data.hub import hf_column, hf_fingerprint, hf_split, load_hf_dataset
+from attnlab.data.sampling import EpochRandomSampler
 from attnlab.data.tokenizers import train_tokenizer
 from attnlab.errors import ConfigError, DataError
 
@@ -215,7 +216,7 @@ class TranslationDataModule(CachedDataModule):
         self._build()
         dataset = self.datasets["train"]
         batches = BucketBatchSampler(
-            RandomSampler(dataset, generator=self._generator()),
+            EpochRandomSampler(dataset, seed=self.seed),
             batch_size=self.batch_size,
             drop_last=False,
             lengths=dataset.lengths,
