@@ -40,12 +40,15 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def start(module: str, *args: str, cwd: Path | None = None, **env: str) -> subprocess.Popen:
-    """``python -m attnlab.<module> args…`` started in the background (text output)."""
+def start(
+    module: str, *args: str, cwd: Path | None = None, new_session: bool = False, **env: str
+) -> subprocess.Popen:
+    """``python -m attnlab.<module> args…`` started in the background (text output);
+    ``new_session``: in its own process group, so that ``os.killpg`` reaches its workers."""
     return subprocess.Popen(
         [sys.executable, "-m", f"attnlab.{module}", *args],
         cwd=cwd or REPO_ROOT, env=cli_env(**env), text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=new_session,
     )  # fmt: skip
 
 

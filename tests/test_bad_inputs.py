@@ -81,6 +81,7 @@ CONFIG_CASES: dict[str, tuple[list[str], str]] = {
     "sweep_without_m": (["model.norm=pre,post"], "add -m"),
     "sweep_bad_value": (["-m", "model.norm=pre,mid"], "model.norm=mid"),
     "grammar": (["tags=[a"], "quote the value"),
+    "resume_single_run": (["resume=true"], "resume=true continues a sweep"),
     "lightning_refuses": (["trainer.limit_train_batches=1.5"], "limit_train_batches"),
     "real_key_needs_plus": (["trainer.strategy=ddp"], "+trainer.strategy=ddp"),
 }

@@ -173,3 +173,37 @@ def test_a_signal_stops_at_a_step_with_a_usable_last_checkpoint_and_a_second_run
     assert summary(run_dir)["status"] == "completed"
     assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)[
         "global_step"] == step + 2  # fmt: skip
+
+
+def test_a_cluster_handler_is_called_after_the_checkpoint_so_the_requeued_job_continues(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """submitit installs a SIGUSR2 handler that requeues the job and exits; it must run
+    only once last.ckpt holds the step the signal arrived at."""
+    from attnlab.tasks.classification import ClassificationTask as Task
+
+    run_dir, seen = tmp_path / "run", {}
+
+    def requeue(signum: int, frame: object) -> None:  # what submitit's handler does
+        last = run_dir / "checkpoints" / "last.ckpt"
+        seen["step"] = torch.load(last, weights_only=True)["global_step"]
+        raise SystemExit(-1)
+
+    real_step = Task.training_step
+
+    def signal_at_step_2(self, batch, batch_idx):  # noqa: ANN001, ANN202
+        if self.global_step == 2 and "sent" not in seen:
+            seen["sent"] = True
+            os.kill(os.getpid(), signal.SIGUSR2)
+        return real_step(self, batch, batch_idx)
+
+    monkeypatch.setattr(Task, "training_step", signal_at_step_2)
+    previous = signal.signal(signal.SIGUSR2, requeue)
+    try:
+        assert train_code([*TINY_MODEL, *ONE_EPOCH, "trainer.max_epochs=3",
+                           f"hydra.run.dir={run_dir}"]) == -1  # fmt: skip
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    assert seen["step"] == 3  # the step during which the signal came, completed and saved
+    record = summary(run_dir)
+    assert record["status"] == "preempted" and "requeued" in record["error"]

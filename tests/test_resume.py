@@ -204,3 +204,29 @@ def test_ckpt_path_last_finds_the_newest_run_with_the_same_settings(tmp_path: Pa
     found = find_last_run(cfg, ["seed=1", "model.norm=post", "trainer.max_steps=10",
                                 "logger=wandb", "ckpt_path=last"])  # fmt: skip
     assert found == wanted
+
+
+def test_a_run_preempted_by_sigusr1_mid_epoch_resumes_exactly(
+    uninterrupted: tuple[dict, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import signal
+
+    from attnlab.tasks.seq2seq import Seq2SeqTask
+
+    reference, _ = uninterrupted
+    real_step, sent = Seq2SeqTask.training_step, []
+
+    def signal_at_step_5(self, batch, batch_idx):  # noqa: ANN001, ANN202
+        if self.global_step == 5 and not sent:
+            sent.append(True)
+            os.kill(os.getpid(), signal.SIGUSR1)  # what SLURM sends before a time limit
+        return real_step(self, batch, batch_idx)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Seq2SeqTask, "training_step", signal_at_step_5)
+        first = _train(tmp_path, TOTAL)
+    assert first["status"] == "preempted" and first["stopped_at_step"] == 6  # mid-epoch 2
+    resumed = _train(tmp_path, TOTAL, "ckpt_path=last")
+    assert resumed["status"] == "completed"
+    assert resumed["metrics"]["val/loss"] == pytest.approx(reference["metrics"]["val/loss"],
+                                                           abs=1e-6)  # fmt: skip

@@ -115,6 +115,8 @@ class RunConfig:
     test: bool = True
     ckpt_path: str | None = None
     overwrite: bool = False
+    resume: bool = False  # -m: continue the sweep in hydra.sweep.dir (attnlab.cli.resume_sweep)
+    retry_failed: bool = False  # with resume=true: run failed/diverged jobs again
     optimized_metric: str = "val/loss"
 
     def __post_init__(self) -> None:

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 import traceback
@@ -62,12 +63,25 @@ def _run_logged(cfg: Any, run_dir: Path, hydra_cfg: Any, multirun: bool, overrid
                 config: Any, started: float, result: dict[str, Any]) -> float | None:  # fmt: skip
     from omegaconf import open_dict
 
+    from attnlab.callbacks.stop import GracefulStop
     from attnlab.callbacks.summary import write_summary
     from attnlab.cli.console import job_line, parallel_launcher, print_config_tree
+    from attnlab.cli.resume_sweep import decide, recorded_value
     from attnlab.cli.rundir import disk_error, is_primary_process
     from attnlab.cli.wandb_setup import sync_hint
     from attnlab.errors import UserError
 
+    # a job that SLURM requeued (submitit, after a preemption or its time limit) continues
+    requeued = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0
+    if multirun and (cfg.get("resume") or requeued):
+        action = decide(run_dir, bool(cfg.get("retry_failed")))
+        if action == "skip":
+            print(job_line(hydra_cfg.job.num, overrides, f"kept from earlier ({run_dir})"))
+            return recorded_value(run_dir, str(cfg.get("optimized_metric", "val/loss")))
+        if action == "resume":
+            print(job_line(hydra_cfg.job.num, overrides, "continues from its last.ckpt"))
+            with open_dict(cfg):
+                cfg.ckpt_path = "last"  # this job's own checkpoints/last.ckpt
     quiet = multirun and parallel_launcher(hydra_cfg)
     if quiet:  # side-by-side jobs: one line each instead of bars overwriting each other
         with open_dict(cfg):
@@ -78,9 +92,13 @@ def _run_logged(cfg: Any, run_dir: Path, hydra_cfg: Any, multirun: bool, overrid
         print(f"run directory: {run_dir}", flush=True)
     try:
         result.update(train(cfg, run_dir, banner=not quiet))
-    except (KeyboardInterrupt, SystemExit) as exc:  # a second Ctrl-C: stopped mid-step
+    except (KeyboardInterrupt, SystemExit) as exc:
         if isinstance(exc, SystemExit) and exc.code == 2:
             raise  # a one-line error already printed
+        if GracefulStop.handed_over:  # the cluster's handler requeued the job and exits
+            result.update(status="preempted", error="preempted; requeued from last.ckpt")
+            _finish(write_summary, run_dir, result, overrides, config, started)
+            raise
         result.update(status="interrupted", error="interrupted (a second Ctrl-C) mid-step")
         _finish(write_summary, run_dir, result, overrides, config, started)
         raise SystemExit(EXIT_CODES["interrupted"]) from None
@@ -241,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     from hydra.core.global_hydra import GlobalHydra
 
     from attnlab.cli.compose import quote_non_ascii, resume_overrides, validate_overrides
+    from attnlab.cli.resume_sweep import plan_sweep
     from attnlab.cli.rundir import check_run_dirs, release_all
     from attnlab.cli.sweep import SweepStatus
 
@@ -262,7 +281,9 @@ def main(argv: list[str] | None = None) -> int:
             if not multirun:
                 overrides = resume_overrides(cfg, overrides)
                 argv = [a for a in argv if a.startswith("-")] + overrides
-            resuming = cfg.get("ckpt_path") not in (None, "")
+            resuming = cfg.get("ckpt_path") not in (None, "") or bool(cfg.get("resume"))
+            if cfg.get("resume"):
+                plan_sweep(overrides, multirun)
             check_run_dirs(overrides, multirun, resuming, bool(cfg.get("overwrite")),
                            str(cfg.paths.log_dir))  # fmt: skip
     SweepStatus.failed = []

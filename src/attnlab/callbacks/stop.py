@@ -6,8 +6,11 @@ boundary, writes ``checkpoints/last.ckpt`` there (resumable with
 ``ckpt_path=last``), and ``attnlab.train`` records the status in summary.json.
 
 * SIGINT (Ctrl-C): ``interrupted``. A second Ctrl-C stops at once, as usual.
-* SIGUSR1, SIGTERM: ``preempted`` — what SLURM sends before a time limit or a
-  preemption (``#SBATCH --signal=USR1@90``).
+* SIGUSR1, SIGUSR2, SIGTERM: ``preempted`` — what SLURM sends before a time limit
+  or a preemption (``#SBATCH --signal=USR1@90``; submitit asks for USR2).
+
+A handler that was installed before the run (submitit's, which requeues the
+job) is called after the checkpoint is written, so the requeued job finds it.
 """
 
 from __future__ import annotations
@@ -20,21 +23,26 @@ from typing import Any
 import lightning as L
 
 STATUS_OF_SIGNAL = {signal.SIGINT: "interrupted", signal.SIGTERM: "preempted"}
-if hasattr(signal, "SIGUSR1"):
-    STATUS_OF_SIGNAL[signal.SIGUSR1] = "preempted"
+for _name in ("SIGUSR1", "SIGUSR2"):
+    if hasattr(signal, _name):
+        STATUS_OF_SIGNAL[getattr(signal, _name)] = "preempted"
 
 
 class GracefulStop(L.Callback):
     """Turns SIGINT/SIGTERM/SIGUSR1 during ``fit`` into a checkpoint and a clean stop."""
 
+    handed_over = False  # set when a previous handler (submitit's requeue) took over
+
     def __init__(self) -> None:
+        GracefulStop.handed_over = False
         self.status: str | None = None
+        self.signum: int | None = None
         self._previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.status is not None and signum == signal.SIGINT:  # the second Ctrl-C
             raise KeyboardInterrupt
-        self.status = STATUS_OF_SIGNAL[signum]
+        self.status, self.signum = STATUS_OF_SIGNAL[signum], signum
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: Any) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -54,6 +62,11 @@ class GracefulStop(L.Callback):
         )
         trainer.save_checkpoint(self.last_path(trainer))
         trainer.should_stop = True
+        previous = self._previous.get(self.signum) if self.signum is not None else None
+        if callable(previous) and previous is not signal.default_int_handler:
+            GracefulStop.handed_over = True
+            self._restore()
+            previous(self.signum, None)  # e.g. submitit: requeue this job, then exit
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: Any) -> None:
         self._restore()

@@ -32,7 +32,8 @@ def config_dir() -> Path:
 # run's name (W&B) and ckpt_path=last ignore them, so a resumed run may change
 # trainer.max_epochs, the logger, the launcher (hydra/launcher=…), its tags or test=false.
 NOT_RUN_IDENTITY = ("hydra", "ckpt_path", "trainer", "logger", "callbacks", "paths", "tags",
-                    "test", "overwrite", "optimized_metric", "experiment_name")  # fmt: skip
+                    "test", "overwrite", "optimized_metric", "experiment_name", "resume",
+                    "retry_failed")  # fmt: skip
 
 
 def identity_overrides(overrides: list[str]) -> list[str]:
@@ -52,6 +53,10 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver(
             "attnlab_unique", lambda: uuid.uuid4().hex[:8], use_cache=True
         )
+    if not OmegaConf.has_resolver("attnlab_job_subdir"):
+        from attnlab.cli.resume_sweep import job_subdir
+
+        OmegaConf.register_new_resolver("attnlab_job_subdir", job_subdir)
     from attnlab.data.paths import register_resolvers as register_data_resolvers
 
     register_data_resolvers()

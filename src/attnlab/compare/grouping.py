@@ -21,7 +21,9 @@ from .runs import Run
 NOT_SET = "—"
 ALL_RUNS = "all runs"
 # Settings that never define an ablation arm.
-IGNORED_KEYS = frozenset({"seed", "tags", "task_name", "ckpt_path", "run_dir"})
+IGNORED_KEYS = frozenset({
+    "seed", "tags", "task_name", "ckpt_path", "run_dir", "resume", "retry_failed", "overwrite",
+})  # fmt: skip
 IGNORED_PREFIXES = ("hydra.", "hydra/", "logger.", "callbacks.", "paths.")
 _MISSING = object()
 
