@@ -32,6 +32,7 @@ def train(cwd: Path, command: list[str]) -> subprocess.CompletedProcess:
         "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO / "tests")]),
         "WANDB_MODE": "offline",
         "ATTNLAB_LOG_DIR": str(cwd / "logs"),
+        "ATTNLAB_EXTRA_TARGETS": "rank_checksum.ParameterChecksum",  # the test's own callback
     }
     return subprocess.run(
         [sys.executable, *command], cwd=cwd, env=env, capture_output=True, text=True, timeout=600

@@ -174,6 +174,19 @@ def test_a_target_on_the_train_command_line_is_refused_before_a_run_starts(
     assert not marker.exists() and not (tmp_path / "logs").exists()
 
 
+def test_your_own_class_is_allowed_from_your_environment_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from attnlab.cli.targets import check_targets
+    from attnlab.errors import ConfigError
+
+    cfg = {"callbacks": {"mine": {"_target_": "mypkg.callbacks.Mine"}}}
+    with pytest.raises(ConfigError, match="ATTNLAB_EXTRA_TARGETS"):
+        check_targets(cfg, "the command line")
+    monkeypatch.setenv("ATTNLAB_EXTRA_TARGETS", "other.Thing, mypkg.callbacks.Mine")
+    check_targets(cfg, "the command line")
+
+
 def test_every_target_in_conf_is_on_the_allowlist() -> None:
     from attnlab.cli.common import config_dir
     from attnlab.cli.targets import allowed_targets

@@ -139,9 +139,9 @@ def check_data_class(target: Any) -> type | None:
     """The data module class ``data._target_`` names, imported only when allowlisted."""
     import importlib
 
-    from attnlab.cli.targets import DATA_MODULES, EXTRA_TARGETS
+    from attnlab.cli.targets import DATA_MODULES, extra_targets
 
-    if target not in DATA_MODULES | EXTRA_TARGETS:
+    if target not in DATA_MODULES | extra_targets():
         return None
     module, _, name = str(target).rpartition(".")
     return getattr(importlib.import_module(module), name)

@@ -9,13 +9,15 @@ checked against this list as a *string*, before anything is imported or
 called. Checkpoints are read with ``torch.load(weights_only=True)`` for the
 same reason (:mod:`attnlab.cli.checkpoints`).
 
-To build a class of your own from a config (a callback, a logger), add its
-dotted path to :data:`EXTRA_TARGETS` — or, for a data module, to
-:data:`DATA_MODULES`.
+To build a class of your own from a config (a callback, a logger, a data
+module), name its dotted path in the environment variable
+``ATTNLAB_EXTRA_TARGETS`` (comma-separated) or add it to :data:`EXTRA_TARGETS`:
+both live on your machine, never in a run directory.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -57,12 +59,19 @@ RUN_OBJECTS = frozenset({
     "attnlab.callbacks.progress.ValidateAtMaxSteps",
 })  # fmt: skip
 
-# your own classes: one dotted path each
+# your own classes: one dotted path each, here or in the environment variable
+# ATTNLAB_EXTRA_TARGETS (comma-separated). Both are set on your machine, never read from a run.
 EXTRA_TARGETS: set[str] = set()
+ENV_VAR = "ATTNLAB_EXTRA_TARGETS"
+
+
+def extra_targets() -> frozenset[str]:
+    from_env = (t.strip() for t in os.environ.get(ENV_VAR, "").split(","))
+    return frozenset(EXTRA_TARGETS) | frozenset(t for t in from_env if t)
 
 
 def allowed_targets() -> frozenset[str]:
-    return DATA_MODULES | RUN_OBJECTS | frozenset(EXTRA_TARGETS)
+    return DATA_MODULES | RUN_OBJECTS | extra_targets()
 
 
 def _targets(node: Any, path: str) -> Iterator[tuple[str, Any]]:
@@ -100,7 +109,7 @@ def check_targets(cfg: Any, source: str) -> None:
     allowed = allowed_targets()
     for key, value in _targets(cfg, ""):
         text = value if isinstance(value, str) else repr(value)
-        if key == "data._target_" and text not in DATA_MODULES | EXTRA_TARGETS:
+        if key == "data._target_" and text not in DATA_MODULES | extra_targets():
             raise ConfigError(
                 f"{source}: {key}={text} is refused (not an attnlab data module; nothing was "
                 f"imported or run); use one of: {', '.join(sorted(DATA_MODULES))}"
@@ -108,6 +117,6 @@ def check_targets(cfg: Any, source: str) -> None:
         if text not in allowed:
             raise ConfigError(
                 f"{source}: {key}={text} is refused (not a class attnlab builds; nothing was "
-                "imported or run); restore the file from a trusted copy, or add your own class "
-                "to attnlab.cli.targets.EXTRA_TARGETS"
+                "imported or run); restore the file from a trusted copy, or allow your own class "
+                f"with {ENV_VAR}=<dotted.path> (or attnlab.cli.targets.EXTRA_TARGETS)"
             )
