@@ -1,4 +1,4 @@
-"""Compare runs: a mean ± std table per group, Welch's t-test and validation curves.
+"""Compare runs: a mean ± std (and CI) table per group, pairwise tests and curves.
 
 Reads run directories only (``summary.json``, ``metrics.csv``; see DESIGN.md)
 and never imports torch, so ``attnlab-compare`` starts in a blink. The same
@@ -13,44 +13,65 @@ functions serve notebooks::
 
 from .cli import build_parser, main
 from .grouping import Group, group_runs, varying_keys
+from .pairwise import (
+    Comparison,
+    WelchResult,
+    compare_pairs,
+    hedges_g,
+    holm,
+    probability_of_improvement,
+    seeds_for_power,
+    welch,
+    welch_power,
+)
 from .plot import align_curves, plot_curves
-from .report import format_table, format_welch
+from .report import format_comparison, format_table, format_welch
 from .runs import Run, find_run_dirs, load_runs, read_run
 from .stats import (
-    WelchResult,
     available_metrics,
+    bootstrap_ci,
     choose_metrics,
     default_metrics,
     infer_task,
+    interquartile_mean,
     lower_is_better,
     metric_values,
     resolve_group,
     summarize,
-    welch,
 )
 
 __all__ = [
+    "Comparison",
     "Group",
     "Run",
     "WelchResult",
     "align_curves",
     "available_metrics",
+    "bootstrap_ci",
     "build_parser",
+    "compare_pairs",
     "choose_metrics",
     "default_metrics",
     "find_run_dirs",
+    "format_comparison",
     "format_table",
     "format_welch",
     "group_runs",
+    "hedges_g",
+    "holm",
     "infer_task",
+    "interquartile_mean",
     "load_runs",
     "lower_is_better",
     "main",
     "metric_values",
     "plot_curves",
+    "probability_of_improvement",
     "read_run",
     "resolve_group",
+    "seeds_for_power",
     "summarize",
     "varying_keys",
     "welch",
+    "welch_power",
 ]

@@ -1,4 +1,4 @@
-"""``attnlab-compare``: one table (mean ± std over seeds) and curves for a set of runs."""
+"""``attnlab-compare``: one table (mean ± std, CI over seeds), pairwise tests and curves."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from typing import Any, NoReturn
 from attnlab.errors import UserError
 
 from .grouping import Group, group_runs
+from .pairwise import compare_pairs
 from .plot import plot_curves
-from .report import FORMATS, format_table, format_welch
+from .report import FORMATS, comparison_legend, format_comparison, format_table
 from .runs import Run, load_runs
-from .stats import choose_metrics, metric_values, resolve_group, summarize, welch
+from .stats import choose_metrics, lower_is_better, metric_values, resolve_group, summarize
 
 EPILOG = """\
 examples:
@@ -22,12 +23,16 @@ examples:
   attnlab-compare 'logs/*/multiruns/*' --by model.norm --metric val/loss val/acc
   attnlab-compare logs/copy/multiruns/* --vs post pre --plot norm.png
   attnlab-compare logs/copy/multiruns/* --by model --vs-best
+  attnlab-compare logs/copy/multiruns/* --all-pairs
 
 Runs are grouped by the overrides that vary across them (seed excluded), or by
---by config keys. Means and sample stds use completed runs only. With exactly
-two groups, with --vs, or with --vs-best (the best group against each other
-one), a Welch t-test on the first metric is printed below the table (on stderr
-with --format csv, so stdout stays pure CSV).
+--by config keys. Means, sample stds, 95% bootstrap CIs of the mean (and, from 5
+runs, median and IQM) use completed runs only. With exactly two groups, with
+--vs, --vs-best (the best group against each other one) or --all-pairs, each
+pair gets a line below the table (on stderr with --format csv, so stdout stays
+pure CSV) for the first metric: Welch's t-test, Holm-adjusted p when several
+tests are made, Hedges' g, the probability of improvement and, when not
+significant at 0.05, the seeds per group that would detect the difference.
 """
 
 
@@ -42,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line of ``attnlab-compare``."""
     p = _Parser(
         prog="attnlab-compare",
-        description="Compare runs: mean ± std per group, Welch t-test, validation curves.",
+        description="Compare runs: mean ± std and CI per group, pairwise tests, curves.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -56,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Welch t-test between two groups (labels or unique parts of them)")
     p.add_argument("--vs-best", action="store_true",
                    help="Welch t-test of the best group (★) against every other group")
+    p.add_argument("--all-pairs", action="store_true",
+                   help="Welch t-test of every pair of groups (Holm-corrected)")
     p.add_argument("--plot", metavar="FILE", help="write validation curves per group as a PNG")
     p.add_argument("--curve-metric", default="val/loss", metavar="M",
                    help="metrics.csv column to plot (default: val/loss)")
@@ -95,7 +102,7 @@ def _load(args: argparse.Namespace) -> list[Run]:
 def _welch_lines(
     groups: Sequence[Group], rows: Sequence[dict[str, Any]], metric: str, args: argparse.Namespace
 ) -> list[str]:
-    """The t-tests to print: --vs, --vs-best, or the only pair when there are two groups."""
+    """The tests to print: --vs, --vs-best, --all-pairs, or the pair when there are two groups."""
     if args.vs:
         a, b = (resolve_group(groups, q) for q in args.vs)
         if a is b:
@@ -106,12 +113,29 @@ def _welch_lines(
         if not best:
             raise UserError(f"--vs-best needs two groups with a value of {metric}; check the runs")
         pairs = [(best[0], g) for g in groups if g is not best[0]]
+    elif args.all_pairs:
+        pairs = [(a, b) for i, a in enumerate(groups) for b in groups[i + 1:]]
     elif len(groups) == 2:
         pairs = [(groups[0], groups[1])]
     else:
         return []
-    tests = [(a, b, welch(metric_values(a, metric), metric_values(b, metric))) for a, b in pairs]
-    return [format_welch(metric, a.label, b.label, result) for a, b, result in tests]
+    values = [(a.label, metric_values(a, metric), b.label, metric_values(b, metric))
+              for a, b in pairs]
+    comparisons = compare_pairs(values, metric, lower_is_better(metric))
+    if not comparisons:
+        return []
+    return [*(format_comparison(c) for c in comparisons), comparison_legend(comparisons)]
+
+
+def _few_runs_warning(groups: Sequence[Group], metric: str) -> str | None:
+    """One line naming the groups with fewer than 3 values of ``metric``, or None."""
+    few = [(g.label, len(metric_values(g, metric))) for g in groups]
+    few = [(label, n) for label, n in few if n < 3]
+    if not few:
+        return None
+    named = "; ".join(f"{label}: n={n}" for label, n in few)
+    return (f"warning: {len(few)} group(s) with fewer than 3 completed runs of {metric} "
+            f"({named}); CIs and tests are unreliable, add seeds")
 
 
 def run(argv: Sequence[str] | None = None) -> None:
@@ -122,15 +146,22 @@ def run(argv: Sequence[str] | None = None) -> None:
     runs = _load(args)
     metrics = choose_metrics(runs, args.metric)
     groups = group_runs(runs, args.by)
-    if args.vs and args.vs_best:
-        raise UserError("--vs and --vs-best both choose the groups to test; give one of them")
-    if (args.vs or args.vs_best) and not metrics:
-        raise UserError("--vs needs a metric but no run reports one; check the runs' status")
+    chosen = [flag for flag, on in (("--vs", args.vs), ("--vs-best", args.vs_best),
+                                    ("--all-pairs", args.all_pairs)) if on]
+    if len(chosen) > 1:
+        raise UserError(f"{' and '.join(chosen)} each choose the groups to test; give one of them")
+    if chosen and not metrics:
+        raise UserError(
+            f"{chosen[0]} needs a metric but no run reports one; check the runs' status"
+        )
     rows = summarize(groups, metrics)
     table = format_table(rows, list(groups[0].settings), metrics, args.format)
     lines = _welch_lines(groups, rows, metrics[0], args) if metrics else []
     if args.plot:  # before printing, so a mistake never leaves half an answer
         plot_curves(groups, args.curve_metric, args.plot)
+    warning = _few_runs_warning(groups, metrics[0]) if metrics else None
+    if warning:
+        print(warning, file=sys.stderr)
     print(table)
     if lines:
         # with CSV the tests go to stderr, so stdout stays one clean CSV table

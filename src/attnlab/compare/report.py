@@ -1,4 +1,4 @@
-"""Rendering summaries: a Markdown table for experiments/*/README.md, or CSV."""
+"""Rendering summaries: a Markdown table for experiments/*/README.md, or CSV; test lines."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .grouping import NOT_SET
-from .stats import WelchResult, lower_is_better
+from .pairwise import ALPHA, MAX_SEEDS, POWER, Comparison, WelchResult
+from .stats import CONFIDENCE, ROBUST_FROM, lower_is_better
 
 BEST = "★"
 FORMATS = ("md", "csv")
@@ -30,6 +31,25 @@ def _cell(row: dict[str, Any], metric: str) -> str:
     return text
 
 
+def _ci_cell(row: dict[str, Any], metric: str) -> str:
+    low, high = row[f"{metric}_ci_low"], row[f"{metric}_ci_high"]
+    return NOT_SET if low is None else f"[{format_number(low)}, {format_number(high)}]"
+
+
+def _optional_cell(row: dict[str, Any], key: str) -> str:
+    return NOT_SET if row[key] is None else format_number(row[key])
+
+
+def _metric_columns(rows: Sequence[dict[str, Any]], metric: str) -> list[tuple[str, Any]]:
+    """(header, cell function) per column of ``metric``: mean ± std, CI, median and IQM."""
+    ci = f"{metric} {CONFIDENCE:.0%} CI"
+    columns = [(metric, lambda r: _cell(r, metric)), (ci, lambda r: _ci_cell(r, metric))]
+    if any(r[f"{metric}_median"] is not None for r in rows):  # some group has ROBUST_FROM runs
+        columns += [(f"{metric} median", lambda r: _optional_cell(r, f"{metric}_median")),
+                    (f"{metric} IQM", lambda r: _optional_cell(r, f"{metric}_iqm"))]
+    return columns
+
+
 def format_table(
     rows: Sequence[dict[str, Any]],
     keys: Sequence[str],
@@ -42,19 +62,25 @@ def format_table(
     show_diverged = any(r["diverged"] for r in rows)
     header = [*(keys or ["group"]), "n", "failed", *(["diverged"] if show_diverged else [])]
     align = ["---"] * len(keys or ["group"]) + ["---:"] * (len(header) - len(keys or ["group"]))
-    header += list(metrics)
-    align += ["---"] * len(metrics)
+    columns = [c for m in metrics for c in _metric_columns(rows, m)]
+    header += [name for name, _ in columns]
+    align += ["---"] * len(columns)
     lines = [_md_line(header), _md_line(align)]
     for row in rows:
         cells = [str(row[k]) for k in keys] if keys else [row["group"]]
         cells += [str(row["n"]), str(row["failed"])]
         cells += [str(row["diverged"])] if show_diverged else []
-        cells += [_cell(row, m) for m in metrics]
+        first_metric = len(cells)
+        cells += [cell(row) for _, cell in columns]
         if row["best"]:
-            cells[len(cells) - len(metrics)] += f" {BEST}"
+            cells[first_metric] += f" {BEST}"
         lines.append(_md_line(cells))
     legend = "mean ± std (sample std, ddof=1) over completed runs; failed counts every run "
-    legend += "that did not complete (diverged included)."
+    legend += "that did not complete (diverged included). "
+    legend += f"{CONFIDENCE:.0%} CI: bootstrap CI of the mean (BCa, 9999 resamples, seed 0; "
+    legend += "percentile below 3 runs)."
+    if any(name.endswith(" IQM") for name, _ in columns):
+        legend += f" Median and IQM (mean of the middle 50 %) from {ROBUST_FROM} runs."
     if metrics and any(r["best"] for r in rows):
         direction = "lower" if lower_is_better(metrics[0]) else "higher"
         legend += f" {BEST} best {metrics[0]} ({direction} is better)."
@@ -67,7 +93,8 @@ def _md_line(cells: Sequence[str]) -> str:
 
 def _csv(rows: Sequence[dict[str, Any]], keys: Sequence[str], metrics: Sequence[str]) -> str:
     columns = ["group", *keys, "n", "failed", "diverged"]
-    columns += [f"{m}_{s}" for m in metrics for s in ("mean", "std", "n")] + ["best"]
+    stats = ("mean", "std", "n", "ci_low", "ci_high", "median", "iqm")
+    columns += [f"{m}_{s}" for m in metrics for s in stats] + ["best"]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(columns)
@@ -93,3 +120,37 @@ def format_welch(metric: str, label_a: str, label_b: str, result: WelchResult) -
         f"Welch t-test on {metric}: {label_a} vs {label_b}: "
         f"t={result.t:.3g}, p={result.p:.3g} ({counts})"
     )
+
+
+def format_comparison(comparison: Comparison) -> str:
+    """:func:`format_welch`, then Holm's p (when several tests), Hedges' g, P(A better), seeds.
+
+    ``Welch t-test on val/loss: A vs B: t=-3.1, p=0.012, Holm p=0.024 (n=5 vs 5);
+    Hedges' g=-1.8, P(A better)=0.92`` and, when not significant at α = 0.05,
+    ``; not significant: ~12 seeds per group would detect this difference (power 0.8)``.
+    """
+    c = comparison
+    line = format_welch(c.metric, c.label_a, c.label_b, c.welch)
+    if c.p_holm is not None and not math.isnan(c.p_holm):
+        line = line.replace(" (n=", f", Holm p={c.p_holm:.3g} (n=", 1)
+    if not math.isnan(c.p_better):
+        if not math.isnan(c.hedges_g):
+            line += f"; Hedges' g={c.hedges_g:.3g}"
+        line += f"; P(A better)={c.p_better:.2g}"
+    if not math.isnan(c.welch.p) and not c.significant:
+        seeds = f"~{c.seeds_needed}" if c.seeds_needed is not None else f"> {MAX_SEEDS}"
+        line += (f"; not significant at α={ALPHA:g}: {seeds} seeds per group would detect "
+                 f"this difference (power {POWER:g})")
+    return line
+
+
+def comparison_legend(comparisons: Sequence[Comparison]) -> str:
+    """What the numbers after p mean, said once below the test lines."""
+    legend = "In each line A vs B: "
+    if any(c.p_holm is not None for c in comparisons):
+        legend += f"Holm p: Holm–Bonferroni-adjusted over the {len(comparisons)} tests; "
+    legend += ("Hedges' g: (mean A − mean B) / pooled SD, small-sample corrected; "
+               "P(A better): share of run pairs where A's run is better, ties ½; "
+               "seeds: runs per group for which Welch's test would reach power "
+               f"{POWER:g} at α={ALPHA:g} if the observed means and SDs held.")
+    return legend

@@ -1,4 +1,8 @@
-"""Which metrics to report, mean ± std per group, and Welch's t-test between two groups."""
+"""Which metrics to report, and per group: mean ± std, a bootstrap CI, median and IQM.
+
+scipy.stats is imported inside the functions: it costs a noticeable fraction of
+``attnlab-compare``'s start-up.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ import math
 import warnings
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -78,12 +81,51 @@ def metric_values(group: Group, metric: str) -> list[float]:
     return [r.metrics[metric] for r in group.completed if metric in r.metrics]
 
 
+CONFIDENCE = 0.95
+ROBUST_FROM = 5  # runs per group from which median and IQM are shown
+
+
+def bootstrap_ci(values: Sequence[float], seed: int = 0) -> tuple[float, float] | None:
+    """95 % bootstrap CI of the mean (Efron 1987 BCa; percentile where BCa degenerates).
+
+    ``scipy.stats.bootstrap`` with 9999 resamples drawn from ``seed``, so a table is
+    reproducible. BCa needs a jackknife with some spread: below three runs, with all
+    values equal, or when it returns NaN, the percentile interval is used. None below
+    two runs.
+    """
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2:
+        return None
+    if np.all(x == x[0]):
+        return float(x[0]), float(x[0])
+    from scipy import stats
+
+    methods = ("BCa", "percentile") if len(x) >= 3 else ("percentile",)
+    for method in methods:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # DegenerateDataWarning: handled by the fallback
+            ci = stats.bootstrap((x,), np.mean, confidence_level=CONFIDENCE, method=method,
+                                 rng=seed).confidence_interval
+        if not (math.isnan(ci.low) or math.isnan(ci.high)):
+            break
+    return float(ci.low), float(ci.high)
+
+
+def interquartile_mean(values: Sequence[float]) -> float:
+    """IQM, the mean of the middle 50 % (Agarwal et al. 2021): ``trim_mean(x, 0.25)``."""
+    from scipy import stats
+
+    return float(stats.trim_mean(np.asarray(values, dtype=float), 0.25))
+
+
 def summarize(groups: Sequence[Group], metrics: Sequence[str]) -> list[dict[str, Any]]:
-    """One flat row per group: settings, run counts and ``<metric>_mean/_std/_n``.
+    """One flat row per group: settings, run counts and ``<metric>_mean/_std/_n`` and more.
 
     Means and sample standard deviations (ddof=1; None below two runs) are taken
-    over completed runs only. ``best`` marks the group ranked first on
-    ``metrics[0]`` when at least two groups have a value for it.
+    over completed runs only; ``_ci_low/_ci_high`` is the 95 % bootstrap CI of the mean
+    (:func:`bootstrap_ci`), ``_median`` and ``_iqm`` are None below five runs.
+    ``best`` marks the group ranked first on ``metrics[0]`` when at least two groups
+    have a value for it.
     """
     rows = []
     for group in groups:
@@ -93,9 +135,14 @@ def summarize(groups: Sequence[Group], metrics: Sequence[str]) -> list[dict[str,
         row["diverged"] = sum(r.status == "diverged" for r in group.runs)
         for metric in metrics:
             values = np.array(metric_values(group, metric))
+            robust = len(values) >= ROBUST_FROM
+            ci = bootstrap_ci(values)
             row[f"{metric}_mean"] = float(values.mean()) if len(values) else None
             row[f"{metric}_std"] = float(values.std(ddof=1)) if len(values) > 1 else None
             row[f"{metric}_n"] = len(values)
+            row[f"{metric}_ci_low"], row[f"{metric}_ci_high"] = ci or (None, None)
+            row[f"{metric}_median"] = float(np.median(values)) if robust else None
+            row[f"{metric}_iqm"] = interquartile_mean(values) if robust else None
         row["best"] = False
         rows.append(row)
     if metrics:
@@ -104,28 +151,6 @@ def summarize(groups: Sequence[Group], metrics: Sequence[str]) -> list[dict[str,
             pick = min if lower_is_better(metrics[0]) else max
             pick(ranked, key=lambda r: r[f"{metrics[0]}_mean"])["best"] = True
     return rows
-
-
-@dataclass
-class WelchResult:
-    """Welch's unequal-variance t-test of group A against group B."""
-
-    t: float
-    p: float
-    n_a: int
-    n_b: int
-
-
-def welch(a: Sequence[float], b: Sequence[float]) -> WelchResult:
-    """Welch's t-test (``scipy.stats.ttest_ind(equal_var=False)``); NaN below two per side."""
-    if len(a) < 2 or len(b) < 2:
-        return WelchResult(math.nan, math.nan, len(a), len(b))
-    from scipy import stats  # imported here: scipy.stats costs a noticeable fraction of startup
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # zero variance -> NaN, said in the output
-        result = stats.ttest_ind(a, b, equal_var=False)
-    return WelchResult(float(result.statistic), float(result.pvalue), len(a), len(b))
 
 
 def resolve_group(groups: Sequence[Group], query: str) -> Group:
