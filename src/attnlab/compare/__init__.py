@@ -24,7 +24,7 @@ from .pairwise import (
     welch,
     welch_power,
 )
-from .plot import align_curves, plot_curves
+from .plot import PLOT_FORMATS, align_curves, group_style, plot_curves, plot_format
 from .report import format_comparison, format_table, format_welch
 from .runs import Run, find_run_dirs, load_runs, read_run
 from .stats import (
@@ -41,6 +41,7 @@ from .stats import (
 )
 
 __all__ = [
+    "PLOT_FORMATS",
     "Comparison",
     "Group",
     "Run",
@@ -57,6 +58,7 @@ __all__ = [
     "format_table",
     "format_welch",
     "group_runs",
+    "group_style",
     "hedges_g",
     "holm",
     "infer_task",
@@ -66,6 +68,7 @@ __all__ = [
     "main",
     "metric_values",
     "plot_curves",
+    "plot_format",
     "probability_of_improvement",
     "read_run",
     "resolve_group",

@@ -12,7 +12,7 @@ from attnlab.errors import UserError
 
 from .grouping import Group, group_runs
 from .pairwise import compare_pairs
-from .plot import plot_curves
+from .plot import PLOT_FORMATS, plot_curves, plot_format
 from .report import FORMATS, comparison_legend, format_comparison, format_table
 from .runs import Run, load_runs
 from .stats import choose_metrics, lower_is_better, metric_values, resolve_group, summarize
@@ -63,7 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Welch t-test of the best group (★) against every other group")
     p.add_argument("--all-pairs", action="store_true",
                    help="Welch t-test of every pair of groups (Holm-corrected)")
-    p.add_argument("--plot", metavar="FILE", help="write validation curves per group as a PNG")
+    p.add_argument("--plot", metavar="FILE",
+                   help="write validation curves per group; the suffix picks the format ("
+                        + ", ".join(f".{f}" for f in PLOT_FORMATS) + ")")
     p.add_argument("--curve-metric", default="val/loss", metavar="M",
                    help="metrics.csv column to plot (default: val/loss)")
     p.add_argument("--format", choices=FORMATS, default="md", help="table format (default: md)")
@@ -76,6 +78,7 @@ def _check_plot_path(plot: str) -> None:
     target = Path(plot)
     if target.is_dir():
         raise UserError(f"--plot {plot} is a directory; give a file name such as {plot}/curves.png")
+    plot_format(plot)
     parent = target.parent
     if not parent.is_dir():
         raise UserError(

@@ -4,6 +4,11 @@ Runs that logged at different steps are aligned on the union of their steps:
 each run is linearly interpolated onto that grid inside its own first..last
 step and is left out (not extrapolated) beyond it, so a run that stopped early
 narrows the band instead of inventing values.
+
+Each group gets a (colour, line style) pair that no other of the first
+:data:`DISTINCT_GROUPS` groups shares, so curves stay apart in print and in
+greyscale: colours from matplotlib's qualitative ``tab10`` and four line styles
+cycle together, and since lcm(10, 4) = 20 the pairs repeat only after 20 groups.
 """
 
 from __future__ import annotations
@@ -21,6 +26,30 @@ from .runs import Curve
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+PLOT_FORMATS = ("png", "pdf", "svg")  # --plot FILE writes the format its suffix names
+LINE_STYLES = ("-", "--", ":", "-.")
+DISTINCT_GROUPS = 20  # lcm(len(tab10), len(LINE_STYLES))
+LEGEND_INSIDE_UP_TO = 6  # more groups than this and the legend goes below the axes
+
+
+def plot_format(path: str | os.PathLike[str]) -> str:
+    """The file format named by ``path``'s suffix, one of :data:`PLOT_FORMATS`."""
+    suffix = os.path.splitext(os.fspath(path))[1].lower().lstrip(".")
+    if suffix not in PLOT_FORMATS:
+        supported = ", ".join(f".{f}" for f in PLOT_FORMATS)
+        named = f"unknown format '.{suffix}'" if suffix else "no file suffix"
+        raise UserError(f"--plot {os.fspath(path)}: {named}; end the name with {supported}")
+    return suffix
+
+
+def group_style(index: int) -> dict[str, str]:
+    """Colour and line style of the ``index``-th group; distinct for the first 20 groups."""
+    from matplotlib import colormaps
+
+    colours = colormaps["tab10"].colors
+    return {"color": colours[index % len(colours)],
+            "linestyle": LINE_STYLES[index % len(LINE_STYLES)]}
 
 
 def align_curves(curves: Sequence[Curve]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -49,10 +78,11 @@ def group_curves(group: Group, metric: str) -> list[Curve]:
 def plot_curves(
     groups: Sequence[Group], metric: str, path: str | os.PathLike[str] | None = None
 ) -> Figure:
-    """Plot ``metric`` against step for each group; save a PNG to ``path`` when given.
+    """Plot ``metric`` against step for each group; save to ``path`` when given.
 
-    Uses matplotlib's object API with the Agg canvas, so the global backend
-    (a notebook's inline backend, say) is left alone.
+    The file format follows the suffix of ``path`` (:data:`PLOT_FORMATS`). Uses
+    matplotlib's object API, so the global backend (a notebook's inline backend,
+    say) is left alone. Returns the figure; its lines are ``fig.axes[0].lines``.
     """
     from matplotlib.figure import Figure  # imported here: only --plot pays for matplotlib
 
@@ -65,17 +95,25 @@ def plot_curves(
             f"no completed run logged '{metric}' in metrics.csv; pick one with --curve-metric "
             f"from: {', '.join(logged) or 'nothing (no metrics.csv found)'}"
         )
-    fig = Figure(figsize=(7, 4.5), layout="constrained")
+    fmt = plot_format(path) if path is not None else None
+    many = len(per_group) > LEGEND_INSIDE_UP_TO
+    # 5.5 in: legible at a paper's text width, and still at a column's when scaled
+    fig = Figure(figsize=(5.5, 3.6 + (0.18 * ((len(per_group) + 1) // 2) if many else 0)),
+                 layout="constrained")
     ax = fig.add_subplot()
-    for group, curves in per_group:
+    for i, (group, curves) in enumerate(per_group):
         steps, mean, low, high = align_curves(curves)
-        (line,) = ax.plot(steps, mean, label=f"{group.label} (n={len(curves)})")
-        ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+        style = group_style(i)
+        ax.plot(steps, mean, label=f"{group.label} (n={len(curves)})", linewidth=1.4, **style)
+        ax.fill_between(steps, low, high, color=style["color"], alpha=0.15, linewidth=0)
     ax.set_xlabel("step")
     ax.set_ylabel(metric)
-    ax.set_title(f"{metric}: mean over runs, band = min–max")
+    ax.set_title(f"{metric}: mean over runs, band = min–max", fontsize="medium")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+    if many:  # below the axes, two columns, so the curves keep the whole plot
+        fig.legend(loc="outside lower center", ncols=2, fontsize="x-small", frameon=False)
+    else:
+        ax.legend(fontsize="small")
     if path is not None:
-        fig.savefig(path, dpi=120, format="png")
+        fig.savefig(path, dpi=150, format=fmt)
     return fig
