@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pytest
 
 from attnlab.compare import group_runs, load_runs, plot_curves
-from test_compare import norm_sweep, run_cli, write_run
+from attnlab.compare.report import format_number, latex_escape
+from test_compare import POST, norm_sweep, run_cli, write_run
+
+FIVE = [0.50, 0.52, 0.47, 0.49, 0.51]
 
 MAGIC = {"png": (b"\x89PNG\r\n\x1a\n",), "pdf": (b"%PDF",), "svg": (b"<?xml", b"<svg")}
 
@@ -35,3 +41,35 @@ def test_twenty_groups_get_twenty_distinct_colour_and_line_style_pairs(tmp_path)
     styles = {(line.get_color(), line.get_linestyle()) for line in lines}
     assert len(lines) == 20 and len(styles) == 20
     assert fig.legends and not fig.axes[0].get_legend()  # many groups: legend below the axes
+
+
+def test_latex_format_is_a_booktabs_tabular_with_escaped_cells(tmp_path, capsys):
+    code, out, err = run_cli(capsys, norm_sweep(tmp_path), "--format", "latex")
+    assert code == 0 and r"\begin{tabular}{lrrllll}" in out
+    assert out.rstrip().endswith(r"\end{tabular}")
+    assert all(rule in out for rule in (r"\toprule", r"\midrule", r"\bottomrule"))
+    assert r"val/exact\_match 95\% CI" in out and "exact_match" not in out.replace(r"\_", "")
+    assert r"0.4967 $\pm$ 0.02517 $\star$" in out and "±" not in out.split(r"\begin")[1]
+    assert "Welch t-test" in err and "Welch" not in out  # stdout: only the table
+
+
+def test_latex_escape_covers_the_special_characters():
+    assert latex_escape("a_b 50% R&D #1 ± ★ —") == r"a\_b 50\% R\&D \#1 $\pm$ $\star$ ---"
+
+
+def test_json_format_holds_numbers_and_the_md_tables_means(tmp_path, capsys):
+    sweep = norm_sweep(tmp_path, {"pre": FIVE, "post": POST})
+    code, out, err = run_cli(capsys, sweep, "--format", "json")
+    rows = json.loads(out)
+    _, md, _ = run_cli(capsys, sweep)
+    assert code == 0 and "Welch t-test" in err
+    assert [r["settings"]["model.norm"] for r in rows] == ["post", "pre"]
+    pre = rows[1]
+    assert pre["n"] == 5 and pre["failed"] == 0 and pre["best"] is True
+    loss = pre["metrics"]["val/loss"]
+    assert loss["mean"] == pytest.approx(np.mean(FIVE)) and loss["median"] == np.median(FIVE)
+    assert loss["ci_low"] < loss["mean"] < loss["ci_high"] and isinstance(loss["iqm"], float)
+    assert rows[0]["metrics"]["val/loss"]["median"] is None  # below 5 runs
+    for row in rows:
+        for name, values in row["metrics"].items():
+            assert f"| {format_number(values['mean'])} ± " in md, name

@@ -24,15 +24,17 @@ examples:
   attnlab-compare logs/copy/multiruns/* --vs post pre --plot norm.png
   attnlab-compare logs/copy/multiruns/* --by model --vs-best
   attnlab-compare logs/copy/multiruns/* --all-pairs
+  attnlab-compare logs/copy/multiruns/* --format latex --plot curves.pdf
 
 Runs are grouped by the overrides that vary across them (seed excluded), or by
 --by config keys. Means, sample stds, 95% bootstrap CIs of the mean (and, from 5
 runs, median and IQM) use completed runs only. With exactly two groups, with
 --vs, --vs-best (the best group against each other one) or --all-pairs, each
-pair gets a line below the table (on stderr with --format csv, so stdout stays
-pure CSV) for the first metric: Welch's t-test, Holm-adjusted p when several
-tests are made, Hedges' g, the probability of improvement and, when not
-significant at 0.05, the seeds per group that would detect the difference.
+pair gets a line below the table (on stderr with --format csv, latex or json,
+so stdout is one table to paste or parse) for the first metric: Welch's t-test,
+Holm-adjusted p when several tests are made, Hedges' g, the probability of
+improvement and, when not significant at 0.05, the seeds per group that would
+detect the difference.
 """
 
 
@@ -68,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
                         + ", ".join(f".{f}" for f in PLOT_FORMATS) + ")")
     p.add_argument("--curve-metric", default="val/loss", metavar="M",
                    help="metrics.csv column to plot (default: val/loss)")
-    p.add_argument("--format", choices=FORMATS, default="md", help="table format (default: md)")
+    p.add_argument("--format", choices=FORMATS, default="md",
+                   help="table: md, csv, latex (booktabs tabular) or json (default: md)")
     p.add_argument("--wandb", metavar="ENTITY/PROJECT", help="read runs from W&B instead")
     p.add_argument("--group", metavar="G", help="W&B run group to read (with --wandb)")
     return p
@@ -167,10 +170,10 @@ def run(argv: Sequence[str] | None = None) -> None:
         print(warning, file=sys.stderr)
     print(table)
     if lines:
-        # with CSV the tests go to stderr, so stdout stays one clean CSV table
+        # only Markdown keeps the tests on stdout: CSV, LaTeX and JSON stay one clean table
         text = "\n".join(lines)
-        print(text if args.format == "csv" else f"\n{text}",
-              file=sys.stderr if args.format == "csv" else sys.stdout)
+        print(f"\n{text}" if args.format == "md" else text,
+              file=sys.stdout if args.format == "md" else sys.stderr)
     if args.plot:
         print(f"wrote {args.plot}", file=sys.stderr)
 

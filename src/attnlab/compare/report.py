@@ -1,10 +1,12 @@
-"""Rendering summaries: a Markdown table for experiments/*/README.md, or CSV; test lines."""
+"""Rendering summaries: Markdown for experiments/*/README.md, CSV, LaTeX (booktabs) or JSON."""
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 import math
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,7 +15,7 @@ from .pairwise import ALPHA, MAX_SEEDS, POWER, Comparison, WelchResult
 from .stats import CONFIDENCE, ROBUST_FROM, lower_is_better
 
 BEST = "★"
-FORMATS = ("md", "csv")
+FORMATS = ("md", "csv", "latex", "json")
 
 
 def format_number(x: float) -> str:
@@ -56,16 +58,32 @@ def format_table(
     metrics: Sequence[str],
     fmt: str = "md",
 ) -> str:
-    """``rows`` from :func:`summarize` as a Markdown table (with a legend) or as CSV."""
+    """``rows`` from :func:`summarize` as Markdown (with a legend), CSV, LaTeX or JSON."""
     if fmt == "csv":
         return _csv(rows, keys, metrics)
+    if fmt == "json":
+        return _json(rows, keys, metrics)
+    header, body = _cells(rows, keys, metrics)
+    legend = _legend(rows, metrics, header)
+    # settings left, run counts right, metric cells (mean ± std, CI) left
+    n_text, n_counts = len(keys) or 1, 2 + any(r["diverged"] for r in rows)
+    n_metric = len(header) - n_text - n_counts
+    if fmt == "latex":
+        return _latex(header, "l" * n_text + "r" * n_counts + "l" * n_metric, body, legend)
+    align = ["---"] * n_text + ["---:"] * n_counts + ["---"] * n_metric
+    lines = [_md_line(header), _md_line(align), *(_md_line(cells) for cells in body)]
+    return "\n".join(lines) + "\n\n" + legend
+
+
+def _cells(
+    rows: Sequence[dict[str, Any]], keys: Sequence[str], metrics: Sequence[str]
+) -> tuple[list[str], list[list[str]]]:
+    """(header, cells per row) of the Markdown and LaTeX tables."""
     show_diverged = any(r["diverged"] for r in rows)
     header = [*(keys or ["group"]), "n", "failed", *(["diverged"] if show_diverged else [])]
-    align = ["---"] * len(keys or ["group"]) + ["---:"] * (len(header) - len(keys or ["group"]))
     columns = [c for m in metrics for c in _metric_columns(rows, m)]
     header += [name for name, _ in columns]
-    align += ["---"] * len(columns)
-    lines = [_md_line(header), _md_line(align)]
+    body = []
     for row in rows:
         cells = [str(row[k]) for k in keys] if keys else [row["group"]]
         cells += [str(row["n"]), str(row["failed"])]
@@ -74,21 +92,63 @@ def format_table(
         cells += [cell(row) for _, cell in columns]
         if row["best"]:
             cells[first_metric] += f" {BEST}"
-        lines.append(_md_line(cells))
+        body.append(cells)
+    return header, body
+
+
+def _legend(rows: Sequence[dict[str, Any]], metrics: Sequence[str], header: Sequence[str]) -> str:
     legend = "mean ± std (sample std, ddof=1) over completed runs; failed counts every run "
     legend += "that did not complete (diverged included). "
     legend += f"{CONFIDENCE:.0%} CI: bootstrap CI of the mean (BCa, 9999 resamples, seed 0; "
     legend += "percentile below 3 runs)."
-    if any(name.endswith(" IQM") for name, _ in columns):
+    if any(name.endswith(" IQM") for name in header):
         legend += f" Median and IQM (mean of the middle 50 %) from {ROBUST_FROM} runs."
     if metrics and any(r["best"] for r in rows):
         direction = "lower" if lower_is_better(metrics[0]) else "higher"
         legend += f" {BEST} best {metrics[0]} ({direction} is better)."
-    return "\n".join(lines) + "\n\n" + legend
+    return legend
 
 
 def _md_line(cells: Sequence[str]) -> str:
     return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
+# LaTeX's special characters, then the table's symbols in math mode
+_LATEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+          "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
+          "^": r"\textasciicircum{}", "±": r"$\pm$", BEST: r"$\star$", NOT_SET: "---"}
+
+
+def latex_escape(text: str) -> str:
+    """``text`` safe inside a LaTeX table cell; ± and ★ become ``$\\pm$`` and ``$\\star$``."""
+    return "".join(_LATEX.get(char, char) for char in text)
+
+
+def _latex(header: Sequence[str], spec: str, body: Sequence[Sequence[str]], legend: str) -> str:
+    """A booktabs ``tabular`` (``\\usepackage{booktabs}``), the legend as comments above it."""
+    def line(cells: Sequence[str]) -> str:
+        return " & ".join(latex_escape(c) for c in cells) + r" \\"
+
+    return "\n".join([
+        *textwrap.wrap(legend, 98, initial_indent="% ", subsequent_indent="% "),
+        rf"\begin{{tabular}}{{{spec}}}", r"\toprule", line(header), r"\midrule",
+        *(line(cells) for cells in body), r"\bottomrule", r"\end{tabular}",
+    ])
+
+
+def _json(rows: Sequence[dict[str, Any]], keys: Sequence[str], metrics: Sequence[str]) -> str:
+    """A list of row objects: numbers stay numbers, a missing (or non-finite) value is ``null``."""
+    def number(x: Any) -> Any:
+        return None if isinstance(x, float) and not math.isfinite(x) else x
+
+    stats = ("mean", "std", "n", "ci_low", "ci_high", "median", "iqm")
+    objects = [
+        {"group": row["group"], "settings": {k: row[k] for k in keys},
+         "n": row["n"], "failed": row["failed"], "diverged": row["diverged"], "best": row["best"],
+         "metrics": {m: {s: number(row[f"{m}_{s}"]) for s in stats} for m in metrics}}
+        for row in rows
+    ]
+    return json.dumps(objects, indent=2, ensure_ascii=False)
 
 
 def _csv(rows: Sequence[dict[str, Any]], keys: Sequence[str], metrics: Sequence[str]) -> str:
