@@ -143,3 +143,19 @@ def test_gpt2_comparison_reports_the_matmul_floor() -> None:
     assert result["floor_ratio"] == pytest.approx(
         expected / result["contenders"]["hf_gpt2"]["median_s"]
     )
+
+
+def test_bench_arguments_are_read_before_torch_is_imported() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from attnlab.bench import cli; cli.parse_args(['--quick']); "
+            "assert 'torch' not in sys.modules, 'torch imported before the arguments'")  # fmt: skip
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_the_clock_choices_are_the_timing_clocks() -> None:
+    from attnlab.bench.cli import CLOCK_NAMES
+    from attnlab.bench.timing import CLOCKS
+
+    assert set(CLOCK_NAMES) == set(CLOCKS)

@@ -1,4 +1,8 @@
-"""Command line: ``attnlab-bench [--quick] [--json PATH] [--device cpu|cuda] …``."""
+"""Command line: ``attnlab-bench [--quick] [--json PATH] [--device cpu|cuda] …``.
+
+torch, Lightning and the contenders are imported inside the functions that use
+them, after the arguments are parsed: ``--help`` and a bad argument answer at once.
+"""
 
 from __future__ import annotations
 
@@ -10,17 +14,21 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-from attnlab.bench.cases import RATIO_MEANING, TARGETS, Effort, meets_target, run_all
-from attnlab.bench.contenders import SIZES, BenchSize
-from attnlab.bench.timing import CLOCKS
+    from attnlab.bench.cases import Effort
+    from attnlab.bench.contenders import BenchSize
+
+CLOCK_NAMES = ("wall", "cpu")  # attnlab.bench.timing.CLOCKS (a test keeps them equal)
 
 
 def effort_for(size: BenchSize, quick: bool, device: torch.device, clock: str) -> Effort:
     """How long to time each size: ``--quick`` finishes in a few minutes on 2 CPU cores."""
+    from attnlab.bench.cases import Effort
+
     effort = Effort(device=device, clock=clock)
     if quick:
         effort = replace(
@@ -47,6 +55,8 @@ def cpu_name() -> str:
 
 
 def environment(device: torch.device, clock: str, quick: bool) -> dict[str, Any]:
+    import torch
+
     try:
         import transformers
 
@@ -66,6 +76,8 @@ def environment(device: torch.device, clock: str, quick: bool) -> dict[str, Any]
 
 
 def _line(size: str, key: str, result: dict[str, Any]) -> str:
+    from attnlab.bench.cases import TARGETS, meets_target
+
     if "skipped" in result:
         return f"{size:<6} {key:<38} skipped: {result['skipped']}"
     first, second = (result["contenders"][name]["median_s"] for name in result["contenders"])
@@ -91,11 +103,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="fewer rounds, baby size only")
     parser.add_argument("--json", type=Path, help="write results and configuration here")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    parser.add_argument("--sizes", help=f"comma-separated, from {', '.join(SIZES)} "
-                        "(default: baby,d512; baby with --quick)")  # fmt: skip
+    parser.add_argument("--sizes", help="comma-separated sizes, e.g. baby,d512 (default: "
+                        "baby,d512; baby with --quick); a wrong name lists them")  # fmt: skip
     parser.add_argument("--only", help="comma-separated result keys to run (default: all)")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
-    parser.add_argument("--clock", default="wall", choices=tuple(CLOCKS),
+    parser.add_argument("--clock", default="wall", choices=CLOCK_NAMES,
                         help="wall time, or this process's CPU time (use with --threads 1 "
                         "on a shared machine)")  # fmt: skip
     return parser.parse_args(argv)
@@ -108,6 +120,11 @@ def _fail(message: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    import torch
+
+    from attnlab.bench.cases import RATIO_MEANING, TARGETS, run_all
+    from attnlab.bench.contenders import SIZES
+
     sizes = (args.sizes or ("baby" if args.quick else "baby,d512")).split(",")
     unknown = [s for s in sizes if s not in SIZES]
     if unknown:
