@@ -82,11 +82,13 @@ CONFIG_CASES: dict[str, tuple[list[str], str]] = {
     "sweep_bad_value": (["-m", "model.norm=pre,mid"], "model.norm=mid"),
     "grammar": (["tags=[a"], "quote the value"),
     "resume_single_run": (["resume=true"], "resume=true continues a sweep"),
+    "wandb_log_model_offline": (["logger=wandb", "logger.wandb.log_model=true"],
+                                "an offline run cannot do"),  # fmt: skip
     "lightning_refuses": (["trainer.limit_train_batches=1.5"], "limit_train_batches"),
     "real_key_needs_plus": (["trainer.strategy=ddp"], "+trainer.strategy=ddp"),
 }
 # refused after Hydra made the run directory (the job itself found it): a failed summary
-IN_THE_JOB = ("encoder_only_seq2seq", "lightning_refuses")
+IN_THE_JOB = ("encoder_only_seq2seq", "lightning_refuses", "wandb_log_model_offline")
 
 
 def logs_with_an_earlier_run(root: Path) -> Path:

@@ -163,7 +163,7 @@ def trainer_setting_error(exc: Exception) -> str | None:
             isinstance(exc, ValueError) and in_lightning)):  # fmt: skip
         return None
     reason = " ".join(str(exc).split())
-    return f"Lightning refused the trainer settings: {reason}; fix the trainer.* override"
+    return f"Lightning refused a setting: {reason}; fix that override (trainer.*, logger.*)"
 
 
 def _finish(write_summary: Any, run_dir: Path, result: dict[str, Any], overrides: list[str],

@@ -20,6 +20,7 @@ from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.cli.common import identity_overrides
+from attnlab.errors import ConfigError
 
 SUMMARY_GOALS = {"val/loss": "min", "val/ppl": "min", "val/acc": "max",
                  "val/bleu": "max", "val/exact_match": "max"}  # fmt: skip
@@ -151,6 +152,12 @@ def prepare_wandb(cfg: DictConfig, node: DictConfig, run_dir: Path) -> WandbLogg
     options["group"] = options.get("group") or sweep_group
     options["save_dir"] = str(run_dir)
     options["offline"] = bool(options.get("offline")) or mode == "offline"
+    if options.get("log_model") and options["offline"]:
+        raise ConfigError(
+            "logger.wandb.log_model=true uploads checkpoints as W&B artifacts, which an offline "
+            "run cannot do; log in (wandb login) or set WANDB_MODE=online, or drop log_model "
+            "(the checkpoints stay in <run_dir>/checkpoints/)"
+        )
     if mode in ("online", "offline", "disabled"):
         options["mode"] = mode  # wandb reads WANDB_MODE once per process; be explicit per run
     options["config"] = {**flat_config(cfg), "git_sha": git_sha(),
