@@ -67,9 +67,8 @@ def _run_logged(cfg: Any, run_dir: Path, hydra_cfg: Any, multirun: bool, overrid
     from attnlab.callbacks.summary import write_summary
     from attnlab.cli.console import job_line, parallel_launcher, print_config_tree
     from attnlab.cli.resume_sweep import decide, recorded_value
-    from attnlab.cli.rundir import disk_error, is_primary_process
+    from attnlab.cli.rundir import is_primary_process
     from attnlab.cli.wandb_setup import sync_hint
-    from attnlab.errors import UserError
 
     # a job that SLURM requeued (submitit, after a preemption or its time limit) continues
     requeued = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0
@@ -102,30 +101,21 @@ def _run_logged(cfg: Any, run_dir: Path, hydra_cfg: Any, multirun: bool, overrid
         result.update(status="interrupted", error="interrupted (a second Ctrl-C) mid-step")
         _finish(write_summary, run_dir, result, overrides, config, started)
         raise SystemExit(EXIT_CODES["interrupted"]) from None
-    except UserError as exc:
-        result["error"] = str(exc)
-        if not multirun:
-            _finish(write_summary, run_dir, result, overrides, config, started)
-            fail(str(exc))
-        print(f"error: job {hydra_cfg.job.num}: {' '.join(str(exc).split())}", file=sys.stderr)
-    except OSError as exc:
-        message = disk_error(exc)
-        if message is None:
-            raise
-        result["error"] = message
-        _finish(write_summary, run_dir, result, overrides, config, started)
-        fail(message if not multirun else f"job {hydra_cfg.job.num}: {message}")
-    except Exception as exc:  # a crash (OOM, bug) is recorded, not hidden
-        message = trainer_setting_error(exc)
-        if message is not None:  # Lightning refused a trainer.* value: the user's to fix
-            result["error"] = message
-            _finish(write_summary, run_dir, result, overrides, config, started)
-            fail(message if not multirun else f"job {hydra_cfg.job.num}: {message}")
-        result["error"] = f"{type(exc).__name__}: {exc}"
-        if not multirun:
-            _finish(write_summary, run_dir, result, overrides, config, started)
-            raise
-        traceback.print_exc()
+    except Exception as exc:
+        user = as_user_error(exc)
+        if user is not None:  # the user's to fix: one line (a sweep goes on)
+            result["error"] = str(user)
+            if not multirun:
+                _finish(write_summary, run_dir, result, overrides, config, started)
+                fail(str(user))
+            print(f"error: job {hydra_cfg.job.num}: {' '.join(str(user).split())}",
+                  file=sys.stderr)  # fmt: skip
+        else:  # a crash (OOM, bug) is recorded, not hidden
+            result["error"] = f"{type(exc).__name__}: {exc}"
+            if not multirun:
+                _finish(write_summary, run_dir, result, overrides, config, started)
+                raise
+            traceback.print_exc()
     _finish(write_summary, run_dir, result, overrides, config, started)
     if quiet:
         shown = " ".join(f"{k}={v:.4g}" for k, v in sorted(result["metrics"].items())
@@ -153,17 +143,30 @@ def _run_logged(cfg: Any, run_dir: Path, hydra_cfg: Any, multirun: bool, overrid
     return float(value)
 
 
-def trainer_setting_error(exc: Exception) -> str | None:
-    """A one-line message when Lightning itself refused a setting (raised in its own code)."""
+def as_user_error(exc: Exception) -> Exception | None:
+    """``exc`` as a UserError when the user can fix it, else None (a crash).
+
+    Besides attnlab's own UserErrors: a write that failed for want of space or
+    permission, and a setting that Lightning itself refused (raised in its own code).
+    """
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
+    from attnlab.cli.rundir import disk_error
+    from attnlab.errors import ConfigError, UserError
+
+    if isinstance(exc, UserError):
+        return exc
+    if isinstance(exc, OSError):
+        message = disk_error(exc)
+        return ConfigError(message) if message else None
     frames = traceback.extract_tb(exc.__traceback__)
     in_lightning = bool(frames) and "/lightning/" in frames[-1].filename
-    if not (isinstance(exc, MisconfigurationException) or (
-            isinstance(exc, ValueError) and in_lightning)):  # fmt: skip
-        return None
-    reason = " ".join(str(exc).split())
-    return f"Lightning refused a setting: {reason}; fix that override (trainer.*, logger.*)"
+    if isinstance(exc, MisconfigurationException) or (isinstance(exc, ValueError) and in_lightning):
+        reason = " ".join(str(exc).split())
+        return ConfigError(
+            f"Lightning refused a setting: {reason}; fix that override (trainer.*, logger.*)"
+        )
+    return None
 
 
 def _finish(write_summary: Any, run_dir: Path, result: dict[str, Any], overrides: list[str],
@@ -189,7 +192,6 @@ def train(cfg: Any, run_dir: Path, banner: bool = False) -> dict[str, Any]:
     """Build everything from the config, fit, test; return status and metrics."""
     import lightning as L
 
-    from attnlab.callbacks.resume import checkpoint_step
     from attnlab.cli import pipeline
     from attnlab.cli.wandb_setup import finish_wandb
 
@@ -198,13 +200,11 @@ def train(cfg: Any, run_dir: Path, banner: bool = False) -> dict[str, Any]:
     datamodule = pipeline.build_data(cfg)
     task = pipeline.build_task(cfg, datamodule)
     resume_from = pipeline.checkpoint_to_resume(cfg, run_dir)
-    if resume_from:
-        pipeline.check_resumable(task, resume_from)
-    callbacks = pipeline.build_callbacks(cfg)
     resume_step = None  # None: a fresh metrics.csv; a step: keep the rows up to it
     if resume_from:
-        resume_step = checkpoint_step(resume_from)
-        resume_step = sys.maxsize if resume_step is None else resume_step
+        step = pipeline.check_resumable(task, resume_from)
+        resume_step = sys.maxsize if step is None else step
+    callbacks = pipeline.build_callbacks(cfg)
     loggers = pipeline.build_loggers(cfg, run_dir, resume_step)
     out: dict[str, Any] = {"status": "failed"}
     try:

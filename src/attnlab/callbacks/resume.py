@@ -157,12 +157,3 @@ class ContinuedCSVLogger(CSVLogger):
             self._experiment = _AppendingWriter(self.log_dir, self.resume_step)
         return self._experiment
 
-
-def checkpoint_step(path: str | Path) -> int | None:
-    """The global step stored in a Lightning checkpoint (read lazily, without the weights)."""
-    try:
-        checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-    except Exception:  # unreadable here: Lightning reports it when it loads the file
-        return None
-    step = checkpoint.get("global_step") if isinstance(checkpoint, dict) else None
-    return int(step) if step is not None else None

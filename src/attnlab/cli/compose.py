@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from attnlab.cli.common import config_dir, fail, identity_overrides, register_resolvers
@@ -122,39 +122,14 @@ def compose_config(overrides: list[str]) -> DictConfig:
 
 
 def check_values(cfg: DictConfig, source: str = "the command line") -> None:
-    """Every check a job would make first (allowlisted targets, types, ranges), as one line.
-
-    The checks that need no Lightning run first, so most typos are refused at once.
-    """
-    from attnlab.cli.schema import check_all, check_cheap
-    from attnlab.cli.targets import check_targets
+    """Every check a job would make first (allowlisted targets, types, ranges), as one line."""
+    from attnlab.cli.schema import check_run_config
     from attnlab.errors import UserError
 
     try:
-        check_targets(cfg, source)
-        plain = plain_config(cfg)
-        check_cheap(plain)
-        check_all(plain)
+        check_run_config(cfg, source)
     except UserError as exc:
         fail(str(exc))
-
-
-def plain_config(cfg: DictConfig) -> dict:
-    """The config as plain containers, resolved, without the nodes only Hydra's runtime
-    resolves (``logger``, ``callbacks``: ``${hydra:…}``); an unresolvable key is named."""
-    from attnlab.errors import ConfigError
-
-    out = {}
-    for key in cfg:
-        if key in ("logger", "callbacks", "hydra"):
-            continue
-        try:
-            node = cfg[key]
-            out[str(key)] = OmegaConf.to_container(node, resolve=True) if isinstance(
-                node, DictConfig | ListConfig) else node  # fmt: skip
-        except OmegaConfBaseException as exc:
-            raise ConfigError(f"{key} cannot be resolved: {_one_line(exc)}") from None
-    return out
 
 
 def validate_overrides(overrides: list[str], multirun: bool) -> DictConfig:

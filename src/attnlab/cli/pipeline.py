@@ -43,12 +43,9 @@ def container(node: Any) -> dict[str, Any]:
 
 def check_config(cfg: DictConfig, source: str = "the config") -> None:
     """Allowlisted ``_target_`` values, then every key's type and range, before any data loads."""
-    from attnlab.cli.compose import plain_config
-    from attnlab.cli.schema import check_all
-    from attnlab.cli.targets import check_targets
+    from attnlab.cli.schema import check_run_config
 
-    check_targets(cfg, source)
-    check_all(plain_config(cfg))
+    check_run_config(cfg, source)
 
 
 def build_data(cfg: DictConfig) -> AttnlabDataModule:
@@ -174,34 +171,32 @@ def build_trainer(
 
 
 def checkpoint_to_resume(cfg: DictConfig, run_dir: Path) -> str | None:
-    """The checkpoint ``ckpt_path`` names (``last``: this run's own last.ckpt, if any).
-
-    It is opened here with ``weights_only=True`` (:func:`read_checkpoint`), so an
-    unsafe, corrupt or foreign file is refused in one line before Lightning sees it.
-    """
-    from attnlab.cli.checkpoints import read_checkpoint
-
+    """The checkpoint ``ckpt_path`` names (``last``: this run's own last.ckpt, if any)."""
     ckpt = cfg.get("ckpt_path")
     if ckpt in (None, ""):
         return None
     if ckpt == "last":  # inside a sweep job: this job's own last checkpoint, if any
         last = run_dir / "checkpoints" / "last.ckpt"
-        ckpt = str(last) if last.is_file() else None
-        if ckpt is None:
-            return None
-    elif not Path(str(ckpt)).is_file():
+        return str(last) if last.is_file() else None
+    if not Path(str(ckpt)).is_file():
         raise CheckpointError(f"ckpt_path={ckpt} does not exist; give an existing .ckpt file")
-    read_checkpoint(Path(str(ckpt)))
     return str(ckpt)
 
 
-def check_resumable(task: Task, path: str) -> None:
-    """The checkpoint's weights fit this run's model (else: which model.* key differs)."""
+def check_resumable(task: Task, path: str) -> int | None:
+    """Open the checkpoint to resume from and return its global step.
+
+    It is read with ``weights_only=True`` (:func:`read_checkpoint`) and its weights are
+    checked against this run's model, so an unsafe, corrupt or foreign file is refused in
+    one line (naming the model.* key that differs) before Lightning loads it.
+    """
     from attnlab.cli.checkpoints import check_weights_fit, read_checkpoint
 
     checkpoint = read_checkpoint(Path(path))
     saved = (checkpoint.get("hyper_parameters") or {}).get("model")
     check_weights_fit(task, checkpoint["state_dict"], Path(path), saved, dict(task.hparams.model))
+    step = checkpoint.get("global_step")
+    return int(step) if step is not None else None
 
 
 def best_checkpoint(trainer: L.Trainer) -> str | None:

@@ -216,8 +216,40 @@ def check_cheap(cfg: dict[str, Any]) -> None:
     check_dataclass(DecodeConfig, cfg.get("decode") or {}, "decode.")
 
 
+def check_run_config(cfg: Any, source: str) -> None:
+    """A composed (or saved) config: allowlisted ``_target_`` values first, then every key.
+
+    ``source`` names where the config came from, for the error line.
+    """
+    from attnlab.cli.targets import check_targets
+
+    check_targets(cfg, source)
+    check_all(plain_config(cfg))
+
+
+def plain_config(cfg: Any) -> dict[str, Any]:
+    """The config as plain containers, resolved, without the nodes only Hydra's runtime
+    resolves (``logger``, ``callbacks``: ``${hydra:…}``); an unresolvable key is named."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    out = {}
+    for key in cfg:
+        if key in ("logger", "callbacks", "hydra"):
+            continue
+        try:
+            node = cfg[key]
+            out[str(key)] = OmegaConf.to_container(node, resolve=True) if isinstance(
+                node, DictConfig | ListConfig) else node  # fmt: skip
+        except OmegaConfBaseException as exc:
+            reason = " ".join(str(exc).split())
+            raise ConfigError(f"{key} cannot be resolved: {reason}") from None
+    return out
+
+
 def check_all(cfg: dict[str, Any]) -> None:
-    """Every section; ``cfg`` is the resolved config as plain containers."""
+    """Every section, the ones that need no Lightning first (so most typos fail fast);
+    ``cfg`` is the resolved config as plain containers."""
     check_cheap(cfg)
     if isinstance(cfg.get("data"), dict):
         check_data(cfg["data"])
