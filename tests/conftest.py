@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import lightning.pytorch  # noqa: F401  (its log handler binds to the session's stderr, not a test's)
 import pytest
 import torch
 

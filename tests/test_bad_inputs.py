@@ -129,6 +129,10 @@ def test_a_bad_config_value_is_refused_in_one_line(
     earlier_run_untouched(logs)
     made = [p for p in logs.glob("train/*/*") if p != logs / EARLIER]
     assert (made == []) != (case in IN_THE_JOB), made
+    for run_dir in made:  # refused by the job itself: a failed summary that says why
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["status"] == "failed" and named.split("=")[0] in summary["error"]
+        assert not (run_dir / "checkpoints").exists()
 
 
 # -- data files -----------------------------------------------------------------------------

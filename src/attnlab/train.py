@@ -55,6 +55,9 @@ def run_job(cfg: Any) -> float | None:
         config = OmegaConf.to_container(cfg, resolve=True)
     except Exception:  # an unresolvable value is reported by the build below
         config = OmegaConf.to_container(cfg, resolve=False)
+    # Lightning's console handler must bind to the real stderr, not to this run's tee
+    import lightning.pytorch  # noqa: F401
+
     with log_to_file(run_dir) if is_primary_process() else contextlib.nullcontext():
         return _run_logged(cfg, run_dir, hydra_cfg, multirun, overrides, config, started, result)
 

@@ -29,7 +29,6 @@ from typing import Any
 from attnlab.errors import ConfigError
 
 PLAN_FILE = ".attnlab_jobs.json"
-RESUME_KEYS = ("resume", "retry_failed")
 
 
 def canonical(overrides: list[str]) -> str:
@@ -81,11 +80,10 @@ def existing_jobs(sweep_dir: Path) -> dict[str, str]:
 
 def plan(sweep_dir: Path, overrides: list[str]) -> dict[str, str]:
     """Map every grid point to its directory (old or new) and write the map into the sweep."""
-    sweep_overrides = [o for o in overrides if not o.startswith("hydra.")]
     mapping = existing_jobs(sweep_dir) if sweep_dir.is_dir() else {}
     used = {int(d) for d in mapping.values() if d.isdigit()}
     numbers = itertools.filterfalse(used.__contains__, itertools.count())
-    for point in grid(sweep_overrides):
+    for point in grid(overrides):  # hydra.* keys are not part of a job's identity
         key = canonical(point)
         if key not in mapping:
             mapping[key] = str(next(numbers))

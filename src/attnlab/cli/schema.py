@@ -154,9 +154,8 @@ def check_data(values: dict[str, Any]) -> None:
         return  # check_targets refuses it with the reason
     rest = {k: v for k, v in values.items() if k != "_target_"}
     check_keys(rest, signature_hints(cls.__init__), "data.")
-    for key in ("batch_size",):
-        if key in rest and rest[key] < 1:
-            raise ConfigError(f"data.{key}={rest[key]} must be an integer >= 1")
+    if rest.get("batch_size", 1) < 1:
+        raise ConfigError(f"data.batch_size={rest['batch_size']} must be an integer >= 1")
 
 
 TRAINER_RANGES = {
