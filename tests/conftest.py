@@ -29,7 +29,6 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
-
 @pytest.fixture
 def fast_run(tmp_path: Path):  # noqa: ANN201
     """Train one fast_dev_run of a tiny model through the real configs; returns train()'s result."""

@@ -82,8 +82,10 @@ CONFIG_CASES: dict[str, tuple[list[str], str]] = {
     "sweep_bad_value": (["-m", "model.norm=pre,mid"], "model.norm=mid"),
     "grammar": (["tags=[a"], "quote the value"),
     "resume_single_run": (["resume=true"], "resume=true continues a sweep"),
-    "wandb_log_model_offline": (["logger=wandb", "logger.wandb.log_model=true"],
-                                "an offline run cannot do"),  # fmt: skip
+    "wandb_log_model_offline": (
+        ["logger=wandb", "logger.wandb.log_model=true"],
+        "an offline run cannot do",
+    ),  # fmt: skip
     "lightning_refuses": (["trainer.limit_train_batches=1.5"], "limit_train_batches"),
     "real_key_needs_plus": (["trainer.strategy=ddp"], "+trainer.strategy=ddp"),
 }
@@ -226,11 +228,22 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     settings = {
         "seq2seq": ["model=decoder_only", *REVERSE],
         "encdec": [*REVERSE, "model.d_model=32"],
-        "char_lm": ["model=decoder_only", "data=text", f"data.path={text}", "data.block_size=16",
-                    "data.eval_blocks=2", "data.samples_per_epoch=16",
-                    f"data.cache_dir={root / 'cache'}"],  # fmt: skip
-        "classifier": ["model=encoder_only", "data=majority", "data.train_size=16",
-                       "data.val_size=8", "data.test_size=8"],  # fmt: skip
+        "char_lm": [
+            "model=decoder_only",
+            "data=text",
+            f"data.path={text}",
+            "data.block_size=16",
+            "data.eval_blocks=2",
+            "data.samples_per_epoch=16",
+            f"data.cache_dir={root / 'cache'}",
+        ],  # fmt: skip
+        "classifier": [
+            "model=encoder_only",
+            "data=majority",
+            "data.train_size=16",
+            "data.val_size=8",
+            "data.test_size=8",
+        ],  # fmt: skip
     }
     out = {}
     for name, overrides in settings.items():
@@ -278,56 +291,122 @@ EVAL_CASES: dict[str, EvalCase] = {
     "no_run": ("eval", lambda c: [], "no run given"),
     "missing_run_dir": ("eval", lambda c: ["run_dir=/nonexistent/run"], "no such directory"),
     "missing_ckpt": ("eval", lambda c: ["ckpt_path=/nonexistent/x.ckpt"], "no such file"),
-    "not_a_run_dir": ("eval", lambda c: [f"run_dir={c('seq2seq') / 'checkpoints'}"],
-                      "not an attnlab run directory"),  # fmt: skip
-    "truncated_ckpt": ("eval", lambda c: [f"ckpt_path={truncated(c('seq2seq'))}"],
-                       "corrupt or truncated"),  # fmt: skip
-    "text_as_ckpt": ("eval", lambda c: [f"run_dir={(r := c('seq2seq'))}",
-                                        f"ckpt_path={text_file(r)}"], "notes.ckpt"),  # fmt: skip
-    "other_architecture": ("eval", lambda c: [
-        f"run_dir={c('seq2seq')}", f"ckpt_path={c('encdec') / 'checkpoints' / 'last.ckpt'}"],
-        "another shape"),  # fmt: skip
-    "corrupt_config": ("eval", lambda c: [f"run_dir={corrupt_config(c('seq2seq'))}"],
-                       "not a readable config"),  # fmt: skip
-    "binary_config": ("eval", lambda c: [f"run_dir={binary_config(c('seq2seq'))}"],
-                      "not a readable config"),  # fmt: skip
+    "not_a_run_dir": (
+        "eval",
+        lambda c: [f"run_dir={c('seq2seq') / 'checkpoints'}"],
+        "not an attnlab run directory",
+    ),  # fmt: skip
+    "truncated_ckpt": (
+        "eval",
+        lambda c: [f"ckpt_path={truncated(c('seq2seq'))}"],
+        "corrupt or truncated",
+    ),  # fmt: skip
+    "text_as_ckpt": (
+        "eval",
+        lambda c: [f"run_dir={(r := c('seq2seq'))}", f"ckpt_path={text_file(r)}"],
+        "notes.ckpt",
+    ),  # fmt: skip
+    "other_architecture": (
+        "eval",
+        lambda c: [
+            f"run_dir={c('seq2seq')}",
+            f"ckpt_path={c('encdec') / 'checkpoints' / 'last.ckpt'}",
+        ],
+        "another shape",
+    ),  # fmt: skip
+    "corrupt_config": (
+        "eval",
+        lambda c: [f"run_dir={corrupt_config(c('seq2seq'))}"],
+        "not a readable config",
+    ),  # fmt: skip
+    "binary_config": (
+        "eval",
+        lambda c: [f"run_dir={binary_config(c('seq2seq'))}"],
+        "not a readable config",
+    ),  # fmt: skip
     "bad_split": ("eval", lambda c: [f"run_dir={c('seq2seq')}", "split=train"], "split=train"),
-    "unknown_key": ("eval", lambda c: [f"run_dir={c('seq2seq')}", "model.nrom=pre"],
-                    "model.nrom"),  # fmt: skip
-    "replace_group": ("eval", lambda c: [f"run_dir={c('seq2seq')}", "data=copy"],
-                      "whole 'data' group"),  # fmt: skip
+    "unknown_key": (
+        "eval",
+        lambda c: [f"run_dir={c('seq2seq')}", "model.nrom=pre"],
+        "model.nrom",
+    ),  # fmt: skip
+    "replace_group": (
+        "eval",
+        lambda c: [f"run_dir={c('seq2seq')}", "data=copy"],
+        "whole 'data' group",
+    ),  # fmt: skip
     "not_key_value": ("eval", lambda c: ["logs/run"], "not key=value"),
-    "eval_bad_value": ("eval", lambda c: [f"run_dir={c('seq2seq')}", "model.dropout=abc"],
-                       "model.dropout=abc"),  # fmt: skip
-    "unknown_chars": ("generate", lambda c: [f"run_dir={c('char_lm')}", "prompt=ЖЖЖ"],
-                      "'Ж'"),  # fmt: skip
+    "eval_bad_value": (
+        "eval",
+        lambda c: [f"run_dir={c('seq2seq')}", "model.dropout=abc"],
+        "model.dropout=abc",
+    ),  # fmt: skip
+    "unknown_chars": (
+        "generate",
+        lambda c: [f"run_dir={c('char_lm')}", "prompt=ЖЖЖ"],
+        "'Ж'",
+    ),  # fmt: skip
     "no_prompt": ("generate", lambda c: [f"run_dir={c('seq2seq')}"], "no prompt"),
-    "empty_prompt": ("generate", lambda c: [f"run_dir={c('seq2seq')}", "prompt= "],
-                     "prompt is empty"),  # fmt: skip
-    "gen_top_p": ("generate", lambda c: [f"run_dir={c('seq2seq')}", "prompt=1 2",
-                                         "decode.top_p=2"], "decode.top_p=2"),  # fmt: skip
-    "gen_temperature": ("generate", lambda c: [f"run_dir={c('seq2seq')}", "prompt=1 2",
-                                               "decode.temperature=-1"],
-                        "decode.temperature=-1"),  # fmt: skip
-    "gen_beam": ("generate", lambda c: [f"run_dir={c('seq2seq')}", "prompt=1 2",
-                                        "decode.beam_size=0"], "decode.beam_size=0"),  # fmt: skip
-    "num_samples_zero": ("generate", lambda c: [f"run_dir={c('seq2seq')}", "prompt=1 2",
-                                                "num_samples=0"], "num_samples=0"),  # fmt: skip
-    "samples_greedy": ("generate", lambda c: [f"run_dir={c('seq2seq')}", "prompt=1 2",
-                                              "num_samples=2"], "strategy=sample"),  # fmt: skip
-    "encoder_only": ("generate", lambda c: [f"run_dir={c('classifier')}", "prompt=1 2"],
-                     "encoder-only"),  # fmt: skip
-    "unknown_symbol": ("generate", lambda c: [f"run_dir={c('seq2seq')}", "prompt=1 2 99"],
-                       "'99'"),  # fmt: skip
-    "gen_option_typo": ("generate", lambda c: [f"run_dir={c('seq2seq')}", "prompt=1",
-                                               "max_new_token=3"], "max_new_token"),  # fmt: skip
-    "comma_unquoted": ("generate", lambda c: [f"run_dir={c('seq2seq')}", "prompt=1,2"],
-                       "quote the value"),  # fmt: skip
-    "prompt_file_missing": ("generate", lambda c: [f"run_dir={c('seq2seq')}",
-                                                   "prompt_file=/nonexistent.txt"],
-                            "prompt_file"),  # fmt: skip
-    "truncated_for_generate": ("generate", lambda c: [f"ckpt_path={truncated(c('seq2seq'))}",
-                                                      "prompt=1 2"], "corrupt"),  # fmt: skip
+    "empty_prompt": (
+        "generate",
+        lambda c: [f"run_dir={c('seq2seq')}", "prompt= "],
+        "prompt is empty",
+    ),  # fmt: skip
+    "gen_top_p": (
+        "generate",
+        lambda c: [f"run_dir={c('seq2seq')}", "prompt=1 2", "decode.top_p=2"],
+        "decode.top_p=2",
+    ),  # fmt: skip
+    "gen_temperature": (
+        "generate",
+        lambda c: [f"run_dir={c('seq2seq')}", "prompt=1 2", "decode.temperature=-1"],
+        "decode.temperature=-1",
+    ),  # fmt: skip
+    "gen_beam": (
+        "generate",
+        lambda c: [f"run_dir={c('seq2seq')}", "prompt=1 2", "decode.beam_size=0"],
+        "decode.beam_size=0",
+    ),  # fmt: skip
+    "num_samples_zero": (
+        "generate",
+        lambda c: [f"run_dir={c('seq2seq')}", "prompt=1 2", "num_samples=0"],
+        "num_samples=0",
+    ),  # fmt: skip
+    "samples_greedy": (
+        "generate",
+        lambda c: [f"run_dir={c('seq2seq')}", "prompt=1 2", "num_samples=2"],
+        "strategy=sample",
+    ),  # fmt: skip
+    "encoder_only": (
+        "generate",
+        lambda c: [f"run_dir={c('classifier')}", "prompt=1 2"],
+        "encoder-only",
+    ),  # fmt: skip
+    "unknown_symbol": (
+        "generate",
+        lambda c: [f"run_dir={c('seq2seq')}", "prompt=1 2 99"],
+        "'99'",
+    ),  # fmt: skip
+    "gen_option_typo": (
+        "generate",
+        lambda c: [f"run_dir={c('seq2seq')}", "prompt=1", "max_new_token=3"],
+        "max_new_token",
+    ),  # fmt: skip
+    "comma_unquoted": (
+        "generate",
+        lambda c: [f"run_dir={c('seq2seq')}", "prompt=1,2"],
+        "quote the value",
+    ),  # fmt: skip
+    "prompt_file_missing": (
+        "generate",
+        lambda c: [f"run_dir={c('seq2seq')}", "prompt_file=/nonexistent.txt"],
+        "prompt_file",
+    ),  # fmt: skip
+    "truncated_for_generate": (
+        "generate",
+        lambda c: [f"ckpt_path={truncated(c('seq2seq'))}", "prompt=1 2"],
+        "corrupt",
+    ),  # fmt: skip
 }
 
 
@@ -346,8 +425,10 @@ def test_a_bad_run_checkpoint_or_option_is_refused_in_one_line(
 RESUME_CASES: dict[str, tuple[Callable[[Callable[[str], Path]], str], str]] = {
     "text_file": (lambda c: str(text_file(c("seq2seq"))), "notes.ckpt"),
     "truncated": (lambda c: str(truncated(c("seq2seq"))), "corrupt or truncated"),
-    "other_architecture": (lambda c: str(c("encdec") / "checkpoints" / "last.ckpt"),
-                           "another shape"),  # fmt: skip
+    "other_architecture": (
+        lambda c: str(c("encdec") / "checkpoints" / "last.ckpt"),
+        "another shape",
+    ),  # fmt: skip
     "missing": (lambda c: "/nonexistent/last.ckpt", "does not exist"),
 }
 

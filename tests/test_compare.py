@@ -42,9 +42,17 @@ def write_run(
             node[last]["name"] = value
         else:
             node[last] = value
-    summary = {"status": status, "error": None if status == "completed" else "boom",
-               "overrides": overrides, "config": config, "metrics": metrics,
-               "params": 1234, "tokens_per_sec": 1.0, "wall_s": 3.0, "git_sha": "abc"}
+    summary = {
+        "status": status,
+        "error": None if status == "completed" else "boom",
+        "overrides": overrides,
+        "config": config,
+        "metrics": metrics,
+        "params": 1234,
+        "tokens_per_sec": 1.0,
+        "wall_s": 3.0,
+        "git_sha": "abc",
+    }
     if task:
         summary["task"] = task
     run_dir.mkdir(parents=True)
@@ -62,8 +70,12 @@ def norm_sweep(root: Path, values: dict[str, list[float]] | None = None, **kw) -
     job = 0
     for norm, losses in (values or {"pre": PRE, "post": POST}).items():
         for seed, loss in enumerate(losses):
-            overrides = ["model=decoder_only", f"model.norm={norm}", f"seed={seed}",
-                         f"hydra.run.dir=out/{job}"]
+            overrides = [
+                "model=decoder_only",
+                f"model.norm={norm}",
+                f"seed={seed}",
+                f"hydra.run.dir=out/{job}",
+            ]
             metrics = {"val/loss": loss, "val/exact_match": 1 - loss, "test/loss": loss + 0.01}
             write_run(sweep / str(job), overrides, metrics, **kw)
             job += 1
@@ -101,16 +113,18 @@ def test_std_is_a_dash_below_two_runs(tmp_path, capsys):
 def test_failed_and_diverged_runs_are_counted_but_not_averaged(tmp_path):
     sweep = norm_sweep(tmp_path)
     write_run(sweep / "90", ["model.norm=pre", "seed=7"], {"val/loss": 99.0}, status="failed")
-    write_run(sweep / "91", ["model.norm=pre", "seed=8"], {"val/loss": float("nan")},
-              status="diverged")
+    write_run(
+        sweep / "91", ["model.norm=pre", "seed=8"], {"val/loss": float("nan")}, status="diverged"
+    )
     rows = summarize(group_runs(load_runs([str(sweep)])), ["val/loss"])
     pre = next(r for r in rows if r["model.norm"] == "pre")
     assert (pre["n"], pre["failed"], pre["diverged"], pre["val/loss_n"]) == (5, 2, 1, 3)
     assert pre["val/loss_mean"] == pytest.approx(np.mean(PRE))
 
 
-@pytest.mark.parametrize(("metric", "best"), [("val/loss", "pre"), ("val/exact_match", "pre"),
-                                              ("test/loss", "pre")])
+@pytest.mark.parametrize(
+    ("metric", "best"), [("val/loss", "pre"), ("val/exact_match", "pre"), ("test/loss", "pre")]
+)
 def test_best_group_is_marked_on_the_main_metric(tmp_path, capsys, metric, best):
     code, out, _ = run_cli(capsys, norm_sweep(tmp_path), "--metric", metric)
     starred = [line for line in out.splitlines() if "★" in line and line.startswith("|")]
@@ -125,8 +139,10 @@ def test_two_groups_get_the_welch_p_value_from_scipy(tmp_path, capsys):
     assert result.p == pytest.approx(expected.pvalue)
     code, out, _ = run_cli(capsys, norm_sweep(tmp_path))
     assert code == 0
-    assert (f"Welch t-test on val/loss: model.norm=post vs model.norm=pre: "
-            f"t={expected.statistic:.3g}, p={expected.pvalue:.3g} (n=3 vs 3)") in out
+    assert (
+        f"Welch t-test on val/loss: model.norm=post vs model.norm=pre: "
+        f"t={expected.statistic:.3g}, p={expected.pvalue:.3g} (n=3 vs 3)"
+    ) in out
 
 
 def test_vs_picks_two_of_several_groups_by_unique_part_of_label(tmp_path, capsys):
@@ -148,8 +164,10 @@ def test_vs_best_tests_the_best_group_against_each_other_group(tmp_path, capsys)
     assert code == 0 and out.count("Welch t-test on val/loss") == 2
     for values, name in others:
         expected = stats.ttest_ind(best[0], values, equal_var=False)
-        assert (f"model.norm={best[1]} vs model.norm={name}: t={expected.statistic:.3g}, "
-                f"p={expected.pvalue:.3g}") in out
+        assert (
+            f"model.norm={best[1]} vs model.norm={name}: t={expected.statistic:.3g}, "
+            f"p={expected.pvalue:.3g}"
+        ) in out
     code, _, err = run_cli(capsys, sweep, "--vs-best", "--vs", "pre", "post")
     assert code == 2 and "give one of them" in err
 
@@ -165,8 +183,9 @@ def test_csv_format_parses_with_the_csv_module(tmp_path, capsys):
 
 def test_plot_writes_a_png_of_validation_curves(tmp_path, capsys):
     sweep = norm_sweep(tmp_path, curve=[(9, 1.0), (19, 0.6), (29, 0.4)])
-    write_run(sweep / "50", ["model.norm=pre", "seed=9"], {"val/loss": 0.5},
-              curve=[(5, 1.2), (15, 0.7)])  # logged at other steps
+    write_run(
+        sweep / "50", ["model.norm=pre", "seed=9"], {"val/loss": 0.5}, curve=[(5, 1.2), (15, 0.7)]
+    )  # logged at other steps
     png = tmp_path / "curves.png"
     code, _, err = run_cli(capsys, sweep, "--plot", png)
     assert code == 0 and f"wrote {png}" in err
@@ -184,8 +203,9 @@ def test_curves_align_on_the_union_of_steps_without_extrapolation():
 
 def test_globs_and_nested_sweep_directories_are_searched(tmp_path, capsys, monkeypatch):
     norm_sweep(tmp_path)
-    write_run(tmp_path / "logs" / "copy" / "runs" / "single", ["model.norm=rmsnorm"],
-              {"val/loss": 0.3})
+    write_run(
+        tmp_path / "logs" / "copy" / "runs" / "single", ["model.norm=rmsnorm"], {"val/loss": 0.3}
+    )
     monkeypatch.chdir(tmp_path)
     assert len(load_runs(["logs"])) == 7
     assert len(load_runs(["logs/*/multiruns/*"])) == 6
@@ -196,18 +216,24 @@ def test_globs_and_nested_sweep_directories_are_searched(tmp_path, capsys, monke
 
 def test_by_groups_on_config_keys_and_model_means_its_name(tmp_path):
     sweep = norm_sweep(tmp_path)
-    write_run(sweep / "60", ["model=encoder_decoder", "model.norm=pre", "seed=0"],
-              {"val/loss": 0.2})
+    write_run(
+        sweep / "60", ["model=encoder_decoder", "model.norm=pre", "seed=0"], {"val/loss": 0.2}
+    )
     runs = load_runs([str(sweep)])
     assert [g.label for g in group_runs(runs, ["model"])] == [
-        "model=decoder_only", "model=encoder_decoder"]
+        "model=decoder_only",
+        "model=encoder_decoder",
+    ]
     assert [len(g.runs) for g in group_runs(runs, ["model", "model.norm"])] == [3, 3, 1]
 
 
 def test_default_metrics_follow_the_task(tmp_path, capsys):
     seq2seq = norm_sweep(tmp_path / "s")
-    write_run(seq2seq / "70", ["model.norm=pre", "seed=5"],
-              {"val/loss": 0.5, "val/exact_match": 0.5, "val/bleu": 30.0})
+    write_run(
+        seq2seq / "70",
+        ["model.norm=pre", "seed=5"],
+        {"val/loss": 0.5, "val/exact_match": 0.5, "val/bleu": 30.0},
+    )
     _, out, _ = run_cli(capsys, seq2seq)
     header = [c for c in out.splitlines()[0].strip("| ").split(" | ") if "CI" not in c]
     assert header[-3:] == ["val/loss", "val/exact_match", "val/bleu"]
@@ -263,8 +289,14 @@ def test_runs_on_disk_are_never_modified(tmp_path, capsys):
 
 def _python(code_or_module: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(SRC), "MPLBACKEND": "Agg"}
-    return subprocess.run([sys.executable, *code_or_module], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, *code_or_module],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_compare_does_not_import_torch(tmp_path):
@@ -281,7 +313,8 @@ def test_compare_does_not_import_torch(tmp_path):
 
 
 def test_python_dash_m_runs_the_command(tmp_path):
-    result = _python(["-m", "attnlab.compare", str(norm_sweep(tmp_path)), "--format", "csv"],
-                     tmp_path)
+    result = _python(
+        ["-m", "attnlab.compare", str(norm_sweep(tmp_path)), "--format", "csv"], tmp_path
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("group,model.norm,n,failed")

@@ -67,7 +67,8 @@ def test_probability_of_improvement_counts_ties_as_half():
     # a > b: (3, 2) → 1 pair; ties: (2, 2), (3, 3) → 2 pairs; of 9
     assert probability_of_improvement(a, b) == pytest.approx((1 + 0.5 * 2) / 9)
     assert probability_of_improvement(a, b, lower_is_better=True) == pytest.approx(
-        (6 + 0.5 * 2) / 9)
+        (6 + 0.5 * 2) / 9
+    )
     u = stats.mannwhitneyu(FIVE_POST, FIVE_PRE).statistic
     assert probability_of_improvement(FIVE_POST, FIVE_PRE) == pytest.approx(u / 25)
 
@@ -84,14 +85,15 @@ def test_power_analysis_finds_the_smallest_sufficient_n():
     df = (va + vb) ** 2 / (va**2 / (n - 1) + vb**2 / (n - 1))
     crit, nc = stats.t.ppf(0.975, df), diff / math.sqrt(va + vb)
     assert welch_power(diff, sd_a, sd_b, n) == pytest.approx(
-        1 - stats.nct.cdf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+        1 - stats.nct.cdf(crit, df, nc) + stats.nct.cdf(-crit, df, nc)
+    )
     assert seeds_for_power(0.001, 1.0, 1.0) is None  # beyond the 1000 cap
     assert seeds_for_power(0.0, 1.0, 1.0) is None
 
 
 def test_several_tests_are_holm_corrected_and_one_is_not():
     groups = [("pre", FIVE_PRE), ("post", FIVE_POST), ("few", [0.4, 0.45])]
-    pairs = [(la, a, lb, b) for i, (la, a) in enumerate(groups) for lb, b in groups[i + 1:]]
+    pairs = [(la, a, lb, b) for i, (la, a) in enumerate(groups) for lb, b in groups[i + 1 :]]
     comparisons = compare_pairs(pairs, "val/loss", lower_is_better=True)
     raw = [stats.ttest_ind(a, b, equal_var=False).pvalue for _, a, _, b in pairs]
     assert [c.p_holm for c in comparisons] == pytest.approx(holm(raw))
@@ -129,9 +131,11 @@ def test_all_pairs_prints_holm_p_effect_size_and_probability_of_improvement(tmp_
     assert code == 0 and len(lines) == 3
     t = stats.ttest_ind(FIVE_POST, FIVE_PRE, equal_var=False)
     g = hedges_g(FIVE_POST, FIVE_PRE)
-    assert lines[0] == (f"Welch t-test on val/loss: model.norm=post vs model.norm=pre: "
-                        f"t={t.statistic:.3g}, p={t.pvalue:.3g}, Holm p={3 * t.pvalue:.3g} "
-                        f"(n=5 vs 5); Hedges' g={g:.3g}; P(A better)=0")
+    assert lines[0] == (
+        f"Welch t-test on val/loss: model.norm=post vs model.norm=pre: "
+        f"t={t.statistic:.3g}, p={t.pvalue:.3g}, Holm p={3 * t.pvalue:.3g} "
+        f"(n=5 vs 5); Hedges' g={g:.3g}; P(A better)=0"
+    )
     assert "Holm–Bonferroni-adjusted over the 3 tests" in out
     code, _, err = run_cli(capsys, sweep, "--all-pairs", "--vs-best")
     assert code == 2 and "give one of them" in err
@@ -140,11 +144,15 @@ def test_all_pairs_prints_holm_p_effect_size_and_probability_of_improvement(tmp_
 def test_a_non_significant_difference_says_how_many_seeds_would_detect_it(tmp_path, capsys):
     sweep = norm_sweep(tmp_path, {"pre": FIVE_PRE, "sandwich": [0.48, 0.53, 0.50]})
     code, out, _ = run_cli(capsys, sweep, "--metric", "val/loss")
-    n = seeds_for_power(np.mean(FIVE_PRE) - np.mean([0.48, 0.53, 0.50]),
-                        np.std(FIVE_PRE, ddof=1), np.std([0.48, 0.53, 0.50], ddof=1))
+    n = seeds_for_power(
+        np.mean(FIVE_PRE) - np.mean([0.48, 0.53, 0.50]),
+        np.std(FIVE_PRE, ddof=1),
+        np.std([0.48, 0.53, 0.50], ddof=1),
+    )
     assert code == 0 and "Holm" not in out.splitlines()[-2]  # one test: no correction
-    assert (f"not significant at α=0.05: ~{n} seeds per group would detect this difference "
-            "(power 0.8)") in out
+    assert (
+        f"not significant at α=0.05: ~{n} seeds per group would detect this difference (power 0.8)"
+    ) in out
     _, out, _ = run_cli(capsys, norm_sweep(tmp_path / "sig", {"pre": FIVE_PRE, "post": FIVE_POST}))
     assert "not significant" not in out
 

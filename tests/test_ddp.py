@@ -96,7 +96,8 @@ def test_torchrun_ranks_share_one_run_directory(tmp_path: Path) -> None:
 def test_torchrun_run_directory_comes_from_the_rendezvous_id() -> None:
     env = {"TORCHELASTIC_RUN_ID": "job/42", "WORLD_SIZE": "4"}
     assert torchrun_run_dir(["data=copy"], env) == [
-        "data=copy", "hydra.run.dir=${paths.log_dir}/${task_name}/runs/torchrun_job_42"
+        "data=copy",
+        "hydra.run.dir=${paths.log_dir}/${task_name}/runs/torchrun_job_42",
     ]
     given = ["hydra.run.dir=/shared/run"]
     assert torchrun_run_dir(given, env) == given  # the user's choice wins

@@ -17,8 +17,15 @@ from attnlab import train as attnlab_train
 from cli_runs import TINY, finish, start, summary
 from composed_runs import TINY_MODEL
 
-ONE_EPOCH = ["trainer.max_epochs=1", "trainer.enable_progress_bar=false", "data.batch_size=8",
-             "data=majority", "data.train_size=16", "data.val_size=8", "data.test_size=8"]
+ONE_EPOCH = [
+    "trainer.max_epochs=1",
+    "trainer.enable_progress_bar=false",
+    "data.batch_size=8",
+    "data=majority",
+    "data.train_size=16",
+    "data.val_size=8",
+    "data.test_size=8",
+]
 
 
 def train_code(args: list[str]) -> int:

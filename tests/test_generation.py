@@ -14,12 +14,11 @@ from attnlab.models import ModelConfig, build_model
 from attnlab.models.generation import (
     NEVER_GENERATED,
     DecodeConfig,
-    Stepper,
     filter_logits,
     generate,
     gnmt_length_penalty,
 )
-from attnlab.nn.positions import POSITIONS
+from attnlab.nn.positions import sequence_positions
 
 VOCAB = 16
 
@@ -55,7 +54,7 @@ def step_logits(
     model: torch.nn.Module, inputs: torch.Tensor, use_cache: bool, forced: torch.Tensor = FORCED
 ) -> torch.Tensor:
     """Next-token logits before and after each teacher-forced token, (B, 6, vocab)."""
-    stepper = Stepper(model, inputs, use_cache)
+    stepper = model.start_decoding(inputs, use_cache)
     logits = [stepper.logits()]
     for token in forced.T:
         stepper.append(token)
@@ -64,9 +63,9 @@ def step_logits(
 
 
 CACHE_CASES = [
-    *[("decoder_only", pos, False) for pos in POSITIONS.names()],
-    *[("decoder_only", pos, True) for pos in POSITIONS.names()],
-    *[("encoder_decoder", pos, False) for pos in POSITIONS.names()],
+    *[("decoder_only", pos, False) for pos in sequence_positions()],
+    *[("decoder_only", pos, True) for pos in sequence_positions()],
+    *[("encoder_decoder", pos, False) for pos in sequence_positions()],
 ]
 
 
@@ -81,7 +80,7 @@ def test_cached_decoding_gives_the_logits_of_full_recomputation(
     torch.testing.assert_close(cached, recomputed, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("pos", POSITIONS.names())
+@pytest.mark.parametrize("pos", sequence_positions())
 def test_left_padding_does_not_change_a_prompts_logits(pos: str) -> None:
     model = make("decoder_only", pos=pos)
     prompts = left_padded_prompts()

@@ -9,8 +9,8 @@ import torch
 
 from attnlab.errors import ConfigError
 from attnlab.models import ModelConfig, build_model
-from attnlab.nn.norms import deepnorm_constants
-from attnlab.nn.positions import POSITIONS
+from attnlab.nn.norms import StackDepth, deepnorm_constants
+from attnlab.nn.positions import sequence_positions
 
 ARCHS = ("encoder_only", "decoder_only", "encoder_decoder")
 NORMS = ("pre", "post", "sandwich", "deepnorm")
@@ -31,7 +31,7 @@ def run(
     return model(tokens)
 
 
-@pytest.mark.parametrize("name,norm,pos", itertools.product(ARCHS, NORMS, POSITIONS.names()))
+@pytest.mark.parametrize("name,norm,pos", itertools.product(ARCHS, NORMS, sequence_positions()))
 def test_every_model_returns_vocabulary_logits(name: str, norm: str, pos: str) -> None:
     model = make(name, norm=norm, pos=pos)
     tokens = torch.randint(6, 20, (3, 7))
@@ -41,7 +41,7 @@ def test_every_model_returns_vocabulary_logits(name: str, norm: str, pos: str) -
 
 
 @pytest.mark.parametrize(
-    "name,pos", itertools.product(("decoder_only", "encoder_decoder"), POSITIONS.names())
+    "name,pos", itertools.product(("decoder_only", "encoder_decoder"), sequence_positions())
 )
 def test_future_tokens_do_not_change_past_logits(name: str, pos: str) -> None:
     model = make(name, pos=pos)
@@ -62,7 +62,7 @@ def test_encoder_only_sees_the_future() -> None:
     assert not torch.allclose(model(tokens)[:, 0], model(changed)[:, 0])
 
 
-@pytest.mark.parametrize("name,pos", itertools.product(ARCHS, POSITIONS.names()))
+@pytest.mark.parametrize("name,pos", itertools.product(ARCHS, sequence_positions()))
 def test_appended_padding_leaves_real_positions_unchanged(name: str, pos: str) -> None:
     model = make(name, pos=pos)
     tokens = torch.randint(6, 20, (2, 6))
@@ -123,15 +123,16 @@ def test_gpt2_init_scales_residual_projections() -> None:
 
 @pytest.mark.parametrize("N,M", [(6, 6), (12, 6), (100, 50)])
 def test_deepnorm_constants_follow_the_paper(N: int, M: int) -> None:
-    enc = deepnorm_constants("encoder_only", N, 0)["encoder"]
+    enc = deepnorm_constants(StackDepth("encoder", N, 0))
     assert enc == pytest.approx(((2 * N) ** 0.25, (8 * N) ** -0.25))
-    dec = deepnorm_constants("decoder_only", 0, M)["decoder"]
+    dec = deepnorm_constants(StackDepth("decoder", 0, M))
     assert dec == pytest.approx(((2 * M) ** 0.25, (8 * M) ** -0.25))
-    both = deepnorm_constants("encoder_decoder", N, M)
-    assert both["encoder"] == pytest.approx(
+    assert deepnorm_constants(StackDepth("encoder", N, M)) == pytest.approx(
         (0.81 * (N**4 * M) ** (1 / 16), 0.87 * (N**4 * M) ** (-1 / 16))
     )
-    assert both["decoder"] == pytest.approx(((3 * M) ** 0.25, (12 * M) ** -0.25))
+    assert deepnorm_constants(StackDepth("decoder", N, M)) == pytest.approx(
+        ((3 * M) ** 0.25, (12 * M) ** -0.25)
+    )
 
 
 def test_deepnorm_model_uses_alpha_in_its_residuals() -> None:

@@ -106,13 +106,17 @@ def test_a_planted_pickle_in_a_checkpoint_is_refused_without_running(
 OPEN = {"_target_": "builtins.open", "mode": "w"}
 PLANTED_TARGETS = {  # dotted key in config.yaml -> the node planted there
     "builtins_open": lambda m, c: ("data", {**OPEN, "file": str(m)}),
-    "torch_load": lambda m, c: ("data", {"_target_": "torch.load", "f": str(c),
-                                         "weights_only": False}),  # fmt: skip
+    "torch_load": lambda m, c: (
+        "data",
+        {"_target_": "torch.load", "f": str(c), "weights_only": False},
+    ),  # fmt: skip
     "nested_in_data": lambda m, c: ("data.hf", {**OPEN, "file": str(m)}),
     "in_a_logger": lambda m, c: ("logger.csv", {**OPEN, "file": str(m)}),
     "interpolated": lambda m, c: ("data._target_", "${oc.env:PLANTED_TARGET}"),
-    "subprocess": lambda m, c: ("trainer.strategy", {"_target_": "subprocess.run",
-                                                     "args": ["touch", str(m)]}),  # fmt: skip
+    "subprocess": lambda m, c: (
+        "trainer.strategy",
+        {"_target_": "subprocess.run", "args": ["touch", str(m)]},
+    ),  # fmt: skip
 }
 
 
@@ -128,9 +132,7 @@ def plant_config(run_dir: Path, planted: tuple[str, object]) -> Path:
     return path
 
 
-def test_a_planted_target_really_runs_code_when_instantiated(
-    copied: Path, tmp_path: Path
-) -> None:
+def test_a_planted_target_really_runs_code_when_instantiated(copied: Path, tmp_path: Path) -> None:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 

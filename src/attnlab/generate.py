@@ -103,7 +103,7 @@ def task_of(cfg: Any) -> str:
     return str(pipeline.build(cfg.data, "data").task)
 
 
-def load_model(cfg: Any, ckpt: Path, vocab_size: int, device: str) -> Any:
+def load_model(cfg: Any, ckpt: Path, vocab_size: int, device: str, task: str) -> Any:
     """The run's architecture with the checkpoint's weights, in eval mode on ``device``."""
     from attnlab.cli.checkpoints import load_weights, read_checkpoint, resolved
     from attnlab.models import ModelConfig, build_model
@@ -117,7 +117,7 @@ def load_model(cfg: Any, ckpt: Path, vocab_size: int, device: str) -> Any:
         for k, v in checkpoint["state_dict"].items()
         if k.startswith("model.")
     }
-    model = build_model(model_cfg)
+    model = build_model(model_cfg, task)
     saved = (checkpoint.get("hyper_parameters") or {}).get("model")
     load_weights(model, state, ckpt, saved, model_cfg.to_dict())
     return model.eval().to(device)
@@ -139,15 +139,14 @@ def batch_inputs(model: Any, task: str, prompts: list[list[int]], device: str) -
     """Token ids of a batch of prompts laid out as the architecture reads them."""
     import torch
 
-    from attnlab.data.base import PAD
-    from attnlab.models import EncoderDecoder
+    from attnlab.special_tokens import PAD
     from attnlab.tasks.seq2seq import left_pad_prompts
 
     width = max(len(p) for p in prompts)
     right = torch.full((len(prompts), width), PAD, dtype=torch.long)
     for i, ids in enumerate(prompts):
         right[i, : len(ids)] = torch.tensor(ids)
-    if isinstance(model, EncoderDecoder):
+    if model.feeding.prompt_layout(task) == "source":
         return right.to(device)  # the encoder reads the source, right-padded
     if task == "seq2seq":
         return left_pad_prompts(right).to(device)  # PAD… source SEP, as in training
@@ -157,14 +156,13 @@ def batch_inputs(model: Any, task: str, prompts: list[list[int]], device: str) -
     return left.to(device)
 
 
-def check_length(model: Any, inputs: Any, decode: Any, explicit: bool) -> None:
+def check_length(model: Any, task: str, inputs: Any, decode: Any, explicit: bool) -> None:
     """Learned position tables end at model.max_len: keep prompt + output inside it."""
-    from attnlab.models import EncoderDecoder
-
     cfg = model.cfg
     if cfg.pos != "learned":
         return
-    used = 1 if isinstance(model, EncoderDecoder) else inputs.size(1)  # BOS, or the prompt
+    source = model.feeding.prompt_layout(task) == "source"
+    used = 1 if source else inputs.size(1)  # BOS, or the prompt
     if inputs.size(1) > cfg.max_len:
         raise ConfigError(
             f"a prompt has {inputs.size(1)} tokens, more than model.max_len={cfg.max_len}; "
@@ -201,17 +199,25 @@ def run(argv: list[str]) -> int:
             f"num_samples={num_samples} needs decode.strategy=sample; "
             f"{decode.strategy} decoding returns one output per prompt"
         )
-    if str(cfg.model.get("name")) == "encoder_only":
+    from attnlab.models import ARCHITECTURES
+
+    name = str(cfg.model.get("name"))
+    feeding = ARCHITECTURES.get(name).feeding
+    if not any(feeding.prompt_layout(t) for t in ("seq2seq", "lm")):
         raise ConfigError(
-            f"{run_dir} holds an encoder-only model (model=encoder_only), which has no decoder "
-            "to generate with; use attnlab-eval for its metrics, or train model=decoder_only "
-            "or model=encoder_decoder"
+            f"{run_dir} holds a model={name}, which cannot generate: "
+            f"{feeding.refusal('seq2seq')}; use attnlab-eval for its metrics"
         )
     task = task_of(cfg)
-    if task == "classification":
+    if task.endswith("classification"):
         raise ConfigError(
             f"{run_dir} is a classification run: it predicts labels, not text; "
             "use attnlab-eval for its metrics"
+        )
+    if feeding.prompt_layout(task) is None:
+        raise ConfigError(
+            f"{run_dir} holds a model={name} trained on {task} data, which it cannot generate "
+            f"from: {feeding.refusal(task)}; use attnlab-eval for its metrics"
         )
     import torch  # the paths and options are fine: now load what generation needs
 
@@ -219,7 +225,7 @@ def run(argv: list[str]) -> int:
 
     tokenizer = load_tokenizer(run_dir / "tokenizer.json")
     device = pick_device(cfg, options["device"])
-    model = load_model(cfg, ckpt, tokenizer.vocab_size, device)
+    model = load_model(cfg, ckpt, tokenizer.vocab_size, device, task)
     seed = _integer("seed", options["seed"], 0) if options["seed"] is not None else int(cfg.seed)
     generator = torch.Generator(device=device).manual_seed(seed)
     raw = str(options["raw"]).lower() in ("1", "true", "yes")
@@ -241,12 +247,12 @@ def complete(
     model: Any, task: str, prompts: list[list[int]], decode: Any, explicit: bool, generator: Any
 ) -> list[list[int]]:
     """Token ids to print per prompt: prompt + continuation (LM) or the output (seq2seq)."""
-    from attnlab.data.base import PAD
     from attnlab.models.generation import generate
+    from attnlab.special_tokens import PAD
 
     device = next(model.parameters()).device
     inputs = batch_inputs(model, task, prompts, str(device))
-    check_length(model, inputs, decode, explicit)
+    check_length(model, task, inputs, decode, explicit)
     outputs = generate(model, inputs, decode, generator=generator).tolist()
     new = [[t for t in output if t != PAD] for output in outputs]
     return [p + n for p, n in zip(prompts, new, strict=True)] if task == "lm" else new

@@ -1,8 +1,8 @@
 """``attnlab-train [overrides] [-m]``: train (fit, then test on the best checkpoint).
 
-    attnlab-train model=decoder_only model.norm=post data=copy seed=1
-    attnlab-train -m model=decoder_only,encoder_decoder model.norm=pre,post
-    attnlab-train --options      # every value of every registry-backed key, with its reference
+attnlab-train model=decoder_only model.norm=post data=copy seed=1
+attnlab-train -m model=decoder_only,encoder_decoder model.norm=pre,post
+attnlab-train --options      # every value of every registry-backed key, with its reference
 """
 
 from __future__ import annotations

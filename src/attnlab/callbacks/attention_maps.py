@@ -20,9 +20,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from attnlab.data.base import NUM_SPECIAL, PAD, SPECIAL_TOKENS
 from attnlab.models.stack import TransformerStack
 from attnlab.nn.attention import MultiHeadAttention
+from attnlab.special_tokens import NUM_SPECIAL, PAD, SPECIAL_TOKENS
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

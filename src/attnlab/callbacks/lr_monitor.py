@@ -31,7 +31,8 @@ class LearningRateMonitor(LightningLearningRateMonitor):
                     trainer.callback_metrics.pop(key, None)
                 stats[merged] = next(iter(groups.values()))
                 trainer.callback_metrics[merged] = trainer.callback_metrics.get(
-                    merged, _tensor(trainer, stats[merged]))
+                    merged, _tensor(trainer, stats[merged])
+                )
         return stats
 
 

@@ -62,42 +62,17 @@ def peak_flops(device_name: str, precision: str = "bf16") -> float | None:
     return None
 
 
-def _ffn(cfg: ModelConfig) -> int:
-    """Forward FLOPs of the feed-forward network per token."""
-    matrices = 3 if cfg.ffn == "swiglu" else 2
-    return 2 * matrices * cfg.d_model * cfg.ff_dim
-
-
-def _self_attention_stack(cfg: ModelConfig, length: int, layers: int) -> int:
-    """Forward FLOPs of ``layers`` self-attention layers over a sequence of ``length``."""
-    d = cfg.d_model
-    per_token = 2 * 4 * d * d + 2 * 2 * length * d + _ffn(cfg)  # W_QKV,W_O; QKᵀ,AV; FFN
-    return layers * length * per_token
-
-
-def _cross_attention(cfg: ModelConfig, src_len: int, tgt_len: int, layers: int) -> int:
-    """Forward FLOPs the cross-attention sublayers add to a decoder."""
-    d = cfg.d_model
-    queries = tgt_len * (2 * 2 * d * d + 2 * 2 * src_len * d)  # W_Q, W_O; QKᵀ, AV
-    memory = src_len * 2 * 2 * d * d  # W_K, W_V on the encoder output
-    return layers * (queries + memory)
-
-
 def forward_flops(cfg: ModelConfig, src_len: int, tgt_len: int) -> int:
     """Forward FLOPs of one example: ``src_len`` source and ``tgt_len`` target tokens.
 
-    decoder_only and encoder_only read one sequence of src_len + tgt_len tokens
-    (a language model: src_len = 0); encoder_decoder encodes src_len tokens and
-    decodes tgt_len. The output layer is applied at every decoded position.
+    Asked of the architecture (its ``flops``): decoder_only and encoder_only read one
+    sequence of src_len + tgt_len tokens (a language model: src_len = 0); encoder_decoder
+    encodes src_len tokens and decodes tgt_len; the output layer is applied at every
+    decoded position.
     """
-    output_layer = 2 * cfg.d_model * cfg.vocab_size
-    if cfg.name == "encoder_decoder":
-        encoder = _self_attention_stack(cfg, src_len, cfg.encoder_layers)
-        decoder = _self_attention_stack(cfg, tgt_len, cfg.decoder_layers)
-        cross = _cross_attention(cfg, src_len, tgt_len, cfg.decoder_layers)
-        return encoder + decoder + cross + tgt_len * output_layer
-    length = src_len + tgt_len
-    return _self_attention_stack(cfg, length, cfg.n_layers) + length * output_layer
+    from attnlab.models import ARCHITECTURES
+
+    return ARCHITECTURES.get(cfg.name).flops(cfg, src_len, tgt_len)
 
 
 def flops_per_token(cfg: ModelConfig, src_len: int, tgt_len: int, training: bool = True) -> float:

@@ -156,4 +156,3 @@ class ContinuedCSVLogger(CSVLogger):
                 metrics.unlink()
             self._experiment = _AppendingWriter(self.log_dir, self.resume_step)
         return self._experiment
-

@@ -221,8 +221,7 @@ def load_run_config(run_dir: Path, overrides: Iterable[tuple[str, Any]]) -> Dict
     except (OSError, OmegaConfBaseException, ValueError, yaml.YAMLError) as exc:
         reason = " ".join(str(exc).split())[:200]
         raise CheckpointError(
-            f"{path} is not a readable config ({reason}); restore it from the run's copy or "
-            "retrain"
+            f"{path} is not a readable config ({reason}); restore it from the run's copy or retrain"
         ) from None
     if not isinstance(cfg, DictConfig):
         raise CheckpointError(f"{path} is not a config mapping; restore it or retrain")

@@ -87,8 +87,9 @@ def _unknown_key_hint(exc: Exception, overrides: list[str]) -> str | None:
     if _accepts(node, parent, leaf):
         value = next(o.split("=", 1)[1] for o in overrides
                      if o.split("=", 1)[0].lstrip("~") == key)  # fmt: skip
-        return (f"{key} is a real setting that {parent}'s YAML leaves out; add it with "
-                f"+{key}={value}")
+        return (
+            f"{key} is a real setting that {parent}'s YAML leaves out; add it with +{key}={value}"
+        )
     prefix = f"{parent}." if parent else ""
     return f"{key} is not a config key; {nearest(leaf, [str(k) for k in node], prefix)}"
 

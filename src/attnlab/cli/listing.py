@@ -43,8 +43,10 @@ def registry_rows() -> list[tuple[str, str, str]]:
     rows = [("model", name, _first_line(cls)) for name, cls in ARCHITECTURES.items()]
     for registry in (RESIDUALS, NORM_TYPES, POSITIONS, FEEDFORWARDS):
         rows += [(registry.key, name, _first_line(cls)) for name, cls in registry.items()]
-    impls = {"sdpa": "torch's fused scaled_dot_product_attention (flash / memory-efficient)",
-             "math": "explicit softmax(QKᵀ/√d_k)V (Vaswani et al. 2017, eq. 1); returns weights"}
+    impls = {
+        "sdpa": "torch's fused scaled_dot_product_attention (flash / memory-efficient)",
+        "math": "explicit softmax(QKᵀ/√d_k)V (Vaswani et al. 2017, eq. 1); returns weights",
+    }
     rows += [("model.attn_impl", name, impls.get(name, "")) for name in ATTN_IMPLS]
     inits = {"paper": "Xavier-uniform linear maps, token embeddings N(0, d_model^-½) "
                       "(tensor2tensor)",
@@ -74,5 +76,7 @@ def print_options() -> None:
         shown = key if key != previous else ""
         print(f"{shown:<{width[0]}}  {value:<{width[1]}}  {reference}".rstrip())
         previous = key
-    print("\nEvery other key: attnlab-train --cfg job prints the composed config; README.md "
-          "explains each.")
+    print(
+        "\nEvery other key: attnlab-train --cfg job prints the composed config; README.md "
+        "explains each."
+    )

@@ -52,9 +52,7 @@ def build_data(cfg: DictConfig) -> AttnlabDataModule:
     datamodule = build(cfg.data, "data")
     if not isinstance(datamodule, AttnlabDataModule):
         raise ConfigError("data._target_ must name an AttnlabDataModule subclass")
-    check_compatible(
-        str(cfg.model.name), datamodule.task, bool(cfg.model.get("prefix_lm", False))
-    )
+    check_compatible(str(cfg.model.name), datamodule.task, bool(cfg.model.get("prefix_lm", False)))
     datamodule.prepare_data()
     datamodule.setup("fit")
     return datamodule
@@ -78,7 +76,7 @@ def available_memory(accelerator: str) -> tuple[int, str] | None:
         return None
 
 
-def check_memory(model: dict[str, Any], accelerator: str) -> None:
+def check_memory(model: dict[str, Any], accelerator: str, task: str | None = None) -> None:
     """Refuse, with the numbers, a model whose training state cannot fit before allocating it.
 
     The parameters are counted exactly by building the model on the ``meta`` device
@@ -89,7 +87,7 @@ def check_memory(model: dict[str, Any], accelerator: str) -> None:
     from attnlab.models import ModelConfig, build_model
 
     with torch.device("meta"):
-        params = build_model(ModelConfig.from_dict(model)).num_params()
+        params = build_model(ModelConfig.from_dict(model), task).num_params()
     need = params * TRAINING_BYTES_PER_PARAM
     have = available_memory(accelerator)
     if have is not None and need > have[0]:
@@ -102,9 +100,16 @@ def check_memory(model: dict[str, Any], accelerator: str) -> None:
         )
 
 
+def model_settings(cfg: DictConfig, datamodule: AttnlabDataModule) -> dict[str, Any]:
+    """``model.*`` with what only the data knows: the vocabulary size, and an image data
+    module's ``model_inputs`` (image size, channels, patch size)."""
+    inputs = dict(getattr(datamodule, "model_inputs", None) or {})
+    return {**container(cfg.model), "vocab_size": datamodule.vocab_size, **inputs}
+
+
 def build_task(cfg: DictConfig, datamodule: AttnlabDataModule) -> Task:
-    model = {**container(cfg.model), "vocab_size": datamodule.vocab_size}
-    check_memory(model, str(cfg.trainer.get("accelerator", "cpu")))
+    model = model_settings(cfg, datamodule)
+    check_memory(model, str(cfg.trainer.get("accelerator", "cpu")), datamodule.task)
     return task_class(datamodule.task)(
         model=model,
         optim=container(cfg.optim),

@@ -92,7 +92,7 @@ def matches(value: Any, hint: Any) -> bool:
 
 
 def nearest(key: str, known: collections.abc.Iterable[str], prefix: str = "") -> str:
-    """"did you mean <prefix><closest>?", or the list of valid keys when none is close."""
+    """ "did you mean <prefix><closest>?", or the list of valid keys when none is close."""
     known = sorted(known)
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     if close:

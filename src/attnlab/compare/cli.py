@@ -53,25 +53,61 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("paths", nargs="*", metavar="PATH",
-                   help="run directory, sweep directory (searched at any depth) or glob")
-    p.add_argument("--metric", nargs="+", action="extend", metavar="M",
-                   help="metrics to tabulate; the first ranks groups (default: the task's)")
-    p.add_argument("--by", nargs="+", action="extend", metavar="KEY",
-                   help="group by dotted config keys; 'model' means model.name")
-    p.add_argument("--vs", nargs=2, metavar=("A", "B"),
-                   help="Welch t-test between two groups (labels or unique parts of them)")
-    p.add_argument("--vs-best", action="store_true",
-                   help="Welch t-test of the best group (★) against every other group")
-    p.add_argument("--all-pairs", action="store_true",
-                   help="Welch t-test of every pair of groups (Holm-corrected)")
-    p.add_argument("--plot", metavar="FILE",
-                   help="write validation curves per group; the suffix picks the format ("
-                        + ", ".join(f".{f}" for f in PLOT_FORMATS) + ")")
-    p.add_argument("--curve-metric", default="val/loss", metavar="M",
-                   help="metrics.csv column to plot (default: val/loss)")
-    p.add_argument("--format", choices=FORMATS, default="md",
-                   help="table: md, csv, latex (booktabs tabular) or json (default: md)")
+    p.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="run directory, sweep directory (searched at any depth) or glob",
+    )
+    p.add_argument(
+        "--metric",
+        nargs="+",
+        action="extend",
+        metavar="M",
+        help="metrics to tabulate; the first ranks groups (default: the task's)",
+    )
+    p.add_argument(
+        "--by",
+        nargs="+",
+        action="extend",
+        metavar="KEY",
+        help="group by dotted config keys; 'model' means model.name",
+    )
+    p.add_argument(
+        "--vs",
+        nargs=2,
+        metavar=("A", "B"),
+        help="Welch t-test between two groups (labels or unique parts of them)",
+    )
+    p.add_argument(
+        "--vs-best",
+        action="store_true",
+        help="Welch t-test of the best group (★) against every other group",
+    )
+    p.add_argument(
+        "--all-pairs",
+        action="store_true",
+        help="Welch t-test of every pair of groups (Holm-corrected)",
+    )
+    p.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="write validation curves per group; the suffix picks the format ("
+        + ", ".join(f".{f}" for f in PLOT_FORMATS)
+        + ")",
+    )
+    p.add_argument(
+        "--curve-metric",
+        default="val/loss",
+        metavar="M",
+        help="metrics.csv column to plot (default: val/loss)",
+    )
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="md",
+        help="table: md, csv, latex (booktabs tabular) or json (default: md)",
+    )
     p.add_argument("--wandb", metavar="ENTITY/PROJECT", help="read runs from W&B instead")
     p.add_argument("--group", metavar="G", help="W&B run group to read (with --wandb)")
     return p
@@ -120,13 +156,14 @@ def _welch_lines(
             raise UserError(f"--vs-best needs two groups with a value of {metric}; check the runs")
         pairs = [(best[0], g) for g in groups if g is not best[0]]
     elif args.all_pairs:
-        pairs = [(a, b) for i, a in enumerate(groups) for b in groups[i + 1:]]
+        pairs = [(a, b) for i, a in enumerate(groups) for b in groups[i + 1 :]]
     elif len(groups) == 2:
         pairs = [(groups[0], groups[1])]
     else:
         return []
-    values = [(a.label, metric_values(a, metric), b.label, metric_values(b, metric))
-              for a, b in pairs]
+    values = [
+        (a.label, metric_values(a, metric), b.label, metric_values(b, metric)) for a, b in pairs
+    ]
     comparisons = compare_pairs(values, metric, lower_is_better(metric))
     if not comparisons:
         return []
@@ -140,8 +177,10 @@ def _few_runs_warning(groups: Sequence[Group], metric: str) -> str | None:
     if not few:
         return None
     named = "; ".join(f"{label}: n={n}" for label, n in few)
-    return (f"warning: {len(few)} group(s) with fewer than 3 completed runs of {metric} "
-            f"({named}); CIs and tests are unreliable, add seeds")
+    return (
+        f"warning: {len(few)} group(s) with fewer than 3 completed runs of {metric} "
+        f"({named}); CIs and tests are unreliable, add seeds"
+    )
 
 
 def run(argv: Sequence[str] | None = None) -> None:
@@ -152,8 +191,15 @@ def run(argv: Sequence[str] | None = None) -> None:
     runs = _load(args)
     metrics = choose_metrics(runs, args.metric)
     groups = group_runs(runs, args.by)
-    chosen = [flag for flag, on in (("--vs", args.vs), ("--vs-best", args.vs_best),
-                                    ("--all-pairs", args.all_pairs)) if on]
+    chosen = [
+        flag
+        for flag, on in (
+            ("--vs", args.vs),
+            ("--vs-best", args.vs_best),
+            ("--all-pairs", args.all_pairs),
+        )
+        if on
+    ]
     if len(chosen) > 1:
         raise UserError(f"{' and '.join(chosen)} each choose the groups to test; give one of them")
     if chosen and not metrics:
@@ -172,8 +218,10 @@ def run(argv: Sequence[str] | None = None) -> None:
     if lines:
         # only Markdown keeps the tests on stdout: CSV, LaTeX and JSON stay one clean table
         text = "\n".join(lines)
-        print(f"\n{text}" if args.format == "md" else text,
-              file=sys.stdout if args.format == "md" else sys.stderr)
+        print(
+            f"\n{text}" if args.format == "md" else text,
+            file=sys.stdout if args.format == "md" else sys.stderr,
+        )
     if args.plot:
         print(f"wrote {args.plot}", file=sys.stderr)
 

@@ -156,8 +156,16 @@ def compare_pairs(
         if not math.isnan(test.p):
             diff = float(np.mean(a) - np.mean(b))
             needed = seeds_for_power(diff, float(np.std(a, ddof=1)), float(np.std(b, ddof=1)))
-        comparisons.append(Comparison(
-            metric, label_a, label_b, test, p_holm, hedges_g(a, b),
-            probability_of_improvement(a, b, lower_is_better), needed,
-        ))
+        comparisons.append(
+            Comparison(
+                metric,
+                label_a,
+                label_b,
+                test,
+                p_holm,
+                hedges_g(a, b),
+                probability_of_improvement(a, b, lower_is_better),
+                needed,
+            )
+        )
     return comparisons

@@ -48,8 +48,10 @@ def group_style(index: int) -> dict[str, str]:
     from matplotlib import colormaps
 
     colours = colormaps["tab10"].colors
-    return {"color": colours[index % len(colours)],
-            "linestyle": LINE_STYLES[index % len(LINE_STYLES)]}
+    return {
+        "color": colours[index % len(colours)],
+        "linestyle": LINE_STYLES[index % len(LINE_STYLES)],
+    }
 
 
 def align_curves(curves: Sequence[Curve]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -98,8 +100,10 @@ def plot_curves(
     fmt = plot_format(path) if path is not None else None
     many = len(per_group) > LEGEND_INSIDE_UP_TO
     # 5.5 in: legible at a paper's text width, and still at a column's when scaled
-    fig = Figure(figsize=(5.5, 3.6 + (0.18 * ((len(per_group) + 1) // 2) if many else 0)),
-                 layout="constrained")
+    fig = Figure(
+        figsize=(5.5, 3.6 + (0.18 * ((len(per_group) + 1) // 2) if many else 0)),
+        layout="constrained",
+    )
     ax = fig.add_subplot()
     for i, (group, curves) in enumerate(per_group):
         steps, mean, low, high = align_curves(curves)

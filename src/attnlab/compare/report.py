@@ -47,8 +47,10 @@ def _metric_columns(rows: Sequence[dict[str, Any]], metric: str) -> list[tuple[s
     ci = f"{metric} {CONFIDENCE:.0%} CI"
     columns = [(metric, lambda r: _cell(r, metric)), (ci, lambda r: _ci_cell(r, metric))]
     if any(r[f"{metric}_median"] is not None for r in rows):  # some group has ROBUST_FROM runs
-        columns += [(f"{metric} median", lambda r: _optional_cell(r, f"{metric}_median")),
-                    (f"{metric} IQM", lambda r: _optional_cell(r, f"{metric}_iqm"))]
+        columns += [
+            (f"{metric} median", lambda r: _optional_cell(r, f"{metric}_median")),
+            (f"{metric} IQM", lambda r: _optional_cell(r, f"{metric}_iqm")),
+        ]
     return columns
 
 
@@ -114,9 +116,21 @@ def _md_line(cells: Sequence[str]) -> str:
 
 
 # LaTeX's special characters, then the table's symbols in math mode
-_LATEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
-          "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
-          "^": r"\textasciicircum{}", "±": r"$\pm$", BEST: r"$\star$", NOT_SET: "---"}
+_LATEX = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "±": r"$\pm$",
+    BEST: r"$\star$",
+    NOT_SET: "---",
+}
 
 
 def latex_escape(text: str) -> str:
@@ -126,26 +140,41 @@ def latex_escape(text: str) -> str:
 
 def _latex(header: Sequence[str], spec: str, body: Sequence[Sequence[str]], legend: str) -> str:
     """A booktabs ``tabular`` (``\\usepackage{booktabs}``), the legend as comments above it."""
+
     def line(cells: Sequence[str]) -> str:
         return " & ".join(latex_escape(c) for c in cells) + r" \\"
 
-    return "\n".join([
-        *textwrap.wrap(legend, 98, initial_indent="% ", subsequent_indent="% "),
-        rf"\begin{{tabular}}{{{spec}}}", r"\toprule", line(header), r"\midrule",
-        *(line(cells) for cells in body), r"\bottomrule", r"\end{tabular}",
-    ])
+    return "\n".join(
+        [
+            *textwrap.wrap(legend, 98, initial_indent="% ", subsequent_indent="% "),
+            rf"\begin{{tabular}}{{{spec}}}",
+            r"\toprule",
+            line(header),
+            r"\midrule",
+            *(line(cells) for cells in body),
+            r"\bottomrule",
+            r"\end{tabular}",
+        ]
+    )
 
 
 def _json(rows: Sequence[dict[str, Any]], keys: Sequence[str], metrics: Sequence[str]) -> str:
     """A list of row objects: numbers stay numbers, a missing (or non-finite) value is ``null``."""
+
     def number(x: Any) -> Any:
         return None if isinstance(x, float) and not math.isfinite(x) else x
 
     stats = ("mean", "std", "n", "ci_low", "ci_high", "median", "iqm")
     objects = [
-        {"group": row["group"], "settings": {k: row[k] for k in keys},
-         "n": row["n"], "failed": row["failed"], "diverged": row["diverged"], "best": row["best"],
-         "metrics": {m: {s: number(row[f"{m}_{s}"]) for s in stats} for m in metrics}}
+        {
+            "group": row["group"],
+            "settings": {k: row[k] for k in keys},
+            "n": row["n"],
+            "failed": row["failed"],
+            "diverged": row["diverged"],
+            "best": row["best"],
+            "metrics": {m: {s: number(row[f"{m}_{s}"]) for s in stats} for m in metrics},
+        }
         for row in rows
     ]
     return json.dumps(objects, indent=2, ensure_ascii=False)
@@ -199,8 +228,10 @@ def format_comparison(comparison: Comparison) -> str:
         line += f"; P(A better)={c.p_better:.2g}"
     if not math.isnan(c.welch.p) and not c.significant:
         seeds = f"~{c.seeds_needed}" if c.seeds_needed is not None else f"> {MAX_SEEDS}"
-        line += (f"; not significant at α={ALPHA:g}: {seeds} seeds per group would detect "
-                 f"this difference (power {POWER:g})")
+        line += (
+            f"; not significant at α={ALPHA:g}: {seeds} seeds per group would detect "
+            f"this difference (power {POWER:g})"
+        )
     return line
 
 
@@ -209,8 +240,10 @@ def comparison_legend(comparisons: Sequence[Comparison]) -> str:
     legend = "In each line A vs B: "
     if any(c.p_holm is not None for c in comparisons):
         legend += f"Holm p: Holm–Bonferroni-adjusted over the {len(comparisons)} tests; "
-    legend += ("Hedges' g: (mean A − mean B) / pooled SD, small-sample corrected; "
-               "P(A better): share of run pairs where A's run is better, ties ½; "
-               "seeds: runs per group for which Welch's test would reach power "
-               f"{POWER:g} at α={ALPHA:g} if the observed means and SDs held.")
+    legend += (
+        "Hedges' g: (mean A − mean B) / pooled SD, small-sample corrected; "
+        "P(A better): share of run pairs where A's run is better, ties ½; "
+        "seeds: runs per group for which Welch's test would reach power "
+        f"{POWER:g} at α={ALPHA:g} if the observed means and SDs held."
+    )
     return legend

@@ -213,8 +213,11 @@ def load_runs(paths: Iterable[str]) -> list[Run]:
         except UserError as exc:
             skipped.append(str(exc))
     if not runs:
-        raise UserError(skipped[0] if len(skipped) == 1 else
-                        f"none of the {len(skipped)} runs could be read; {skipped[0]}")
+        raise UserError(
+            skipped[0]
+            if len(skipped) == 1
+            else f"none of the {len(skipped)} runs could be read; {skipped[0]}"
+        )
     for reason in skipped:
         print(f"warning: skipped: {reason}", file=sys.stderr)
     return runs

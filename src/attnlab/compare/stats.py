@@ -104,8 +104,9 @@ def bootstrap_ci(values: Sequence[float], seed: int = 0) -> tuple[float, float] 
     for method in methods:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # DegenerateDataWarning: handled by the fallback
-            ci = stats.bootstrap((x,), np.mean, confidence_level=CONFIDENCE, method=method,
-                                 rng=seed).confidence_interval
+            ci = stats.bootstrap(
+                (x,), np.mean, confidence_level=CONFIDENCE, method=method, rng=seed
+            ).confidence_interval
         if not (math.isnan(ci.low) or math.isnan(ci.high)):
             break
     return float(ci.low), float(ci.high)

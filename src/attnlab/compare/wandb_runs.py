@@ -76,7 +76,9 @@ def _to_run(wandb_run: Any) -> Run:
     metrics = {
         k: float(v)
         for k, v in summary.items()
-        if not k.startswith("_") and isinstance(v, (int, float)) and not isinstance(v, bool)
+        if not k.startswith("_")
+        and isinstance(v, (int, float))
+        and not isinstance(v, bool)
         and np.isfinite(v)
     }
     status = summary.get("status")

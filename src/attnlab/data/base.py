@@ -21,9 +21,12 @@ from typing import Protocol
 
 import lightning as L
 
-SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<sep>", "<mask>", "<unk>")
-PAD, BOS, EOS, SEP, MASK, UNK = range(len(SPECIAL_TOKENS))
-NUM_SPECIAL = len(SPECIAL_TOKENS)
+from attnlab.special_tokens import BOS, EOS, MASK, NUM_SPECIAL, PAD, SEP, SPECIAL_TOKENS, UNK
+
+__all__ = [
+    "AttnlabDataModule", "BOS", "EOS", "MASK", "NUM_SPECIAL", "PAD", "SEP", "SPECIAL_TOKENS",
+    "TASKS", "Tokenizer", "UNK",
+]  # fmt: skip
 
 TASKS = ("seq2seq", "lm", "classification")
 

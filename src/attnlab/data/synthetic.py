@@ -112,9 +112,11 @@ class SyntheticDataModule(AttnlabDataModule):
         self.n_symbols = 11 if kind == "addition" else n_symbols
         self.min_len, self.max_len = min_len, max_len
         self.batch_size, self.num_workers = batch_size, num_workers
-        symbols = [str(i) for i in range(10)] + ["+"] if kind == "addition" else [
-            str(i) for i in range(self.n_symbols)
-        ]
+        symbols = (
+            [str(i) for i in range(10)] + ["+"]
+            if kind == "addition"
+            else [str(i) for i in range(self.n_symbols)]
+        )
         self.tokenizer = SymbolTokenizer(symbols)
         self.vocab_size = self.tokenizer.vocab_size
         self.num_classes = self.n_symbols if kind == "majority" else None

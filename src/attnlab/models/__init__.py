@@ -1,9 +1,12 @@
-"""Encoder-only, decoder-only and encoder-decoder Transformers, and generation."""
+"""The architectures (one interface, registered by name) and generation; no Lightning, no Hydra.
+
+Importing this package registers every architecture in ``ARCHITECTURES``.
+"""
 
 from attnlab.models.config import ModelConfig
+from attnlab.models.interface import ARCHITECTURES, Architecture, DecodingState, Feeding
 from attnlab.models.stack import DecodingCache
 from attnlab.models.transformer import (
-    ARCHITECTURES,
     DecoderOnly,
     EncoderDecoder,
     EncoderOnly,
@@ -13,10 +16,13 @@ from attnlab.models.transformer import (
 
 __all__ = [
     "ARCHITECTURES",
+    "Architecture",
     "DecoderOnly",
     "DecodingCache",
+    "DecodingState",
     "EncoderDecoder",
     "EncoderOnly",
+    "Feeding",
     "ModelConfig",
     "TransformerModel",
     "build_model",

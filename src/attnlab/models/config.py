@@ -11,18 +11,22 @@ from attnlab.nn.feedforward import FEEDFORWARDS, default_d_ff
 from attnlab.nn.norms import NORM_TYPES, RESIDUALS
 from attnlab.nn.positions import POSITIONS
 
-ARCHITECTURES = ("encoder_only", "decoder_only", "encoder_decoder")
 INITS = ("paper", "xavier", "gpt2")
 TIE_OPTIONS = {True: "all", False: "none", "all": "all", "none": "none", "output": "output"}
+CELLS = ("lstm", "gru", "rnn")  # model=rnn: torch.nn.LSTM / GRU / RNN (tanh)
+RNN_ATTENTIONS = ("bahdanau", "luong_dot", "luong_general", "none")
 
 
 @dataclass
 class ModelConfig:
-    """Every architecture accepts every key; see DESIGN.md for their meaning."""
+    """Every architecture accepts every key; see DESIGN.md for their meaning.
+
+    The defaults are those of ``conf/model/_base.yaml`` (a test compares them).
+    """
 
     name: str = "encoder_decoder"
     vocab_size: int = 0  # filled in from the data module
-    d_model: int = 128
+    d_model: int = 64
     n_heads: int = 4
     d_ff: int | None = None  # None: 4·d_model (⅔ of that for swiglu)
     n_layers: int = 2
@@ -43,6 +47,16 @@ class ModelConfig:
     pad_id: int = 0
     compile: bool = False
     activation_checkpointing: bool = False
+    pool: str | None = None  # classification pooling; None: the architecture's default
+    # model=vit: filled in from the image data module (data.image_size, channels, patch_size)
+    image_size: int = 0
+    channels: int = 0
+    patch_size: int = 0
+    # model=rnn: the recurrent baselines (Bahdanau et al. 2015; Luong et al. 2015)
+    cell: str = "lstm"
+    rnn_attention: str = "bahdanau"
+    input_feeding: bool = False  # Luong §3.3: feed the attentional vector to the next step
+    bidirectional: bool = True  # the encoder reads the source both ways
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ModelConfig:
@@ -82,13 +96,17 @@ class ModelConfig:
                 choices = ", ".join(str(a) for a in allowed)
                 raise ConfigError(f"model.{key}={value} is not valid; use one of: {choices}")
 
-        one_of("name", self.name, ARCHITECTURES)
+        from attnlab.models import ARCHITECTURES  # the registry: every model module registered
+
+        architecture = ARCHITECTURES.get(self.name)
         RESIDUALS.get(self.norm)
         NORM_TYPES.get(self.norm_type)
         POSITIONS.get(self.pos)
         FEEDFORWARDS.get(self.ffn)
         one_of("attn_impl", self.attn_impl, ATTN_IMPLS)
         one_of("init", self.init, INITS)
+        one_of("cell", self.cell, CELLS)
+        one_of("rnn_attention", self.rnn_attention, RNN_ATTENTIONS)
         if self.tie_embeddings not in TIE_OPTIONS:
             raise ConfigError(
                 f"model.tie_embeddings={self.tie_embeddings} is not valid; "
@@ -98,6 +116,10 @@ class ModelConfig:
             value = getattr(self, key)
             if not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"model.{key}={value} must be a positive integer")
+        for key in ("image_size", "channels", "patch_size"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or value < 0:
+                raise ConfigError(f"model.{key}={value} must be a non-negative integer")
         for key in ("d_ff", "n_encoder_layers", "n_decoder_layers"):
             value = getattr(self, key)
             if value is not None and (not isinstance(value, int) or value <= 0):
@@ -121,4 +143,5 @@ class ModelConfig:
             raise ConfigError(f"model.pos={self.pos} needs an even model.d_model")
         if self.prefix_lm and self.name != "decoder_only":
             raise ConfigError("model.prefix_lm=true applies to model=decoder_only only; remove it")
+        architecture.check(self)
         return self

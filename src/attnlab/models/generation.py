@@ -1,9 +1,12 @@
 """Decoding: greedy, sampling (temperature, top-k, top-p) and beam search.
 
-Incremental decoding keeps a key/value cache per self-attention layer and the
-projected encoder K/V for cross-attention, so each new token costs one
-position of work instead of the whole prefix. ``use_cache=False`` recomputes
-everything at every step (the reference the cache is tested against).
+Every architecture is driven through its ``start_decoding`` state (the
+architecture interface), which feeds it one token at a time and reorders its
+cache for beams. A Transformer's cache holds each self-attention layer's keys
+and values and the projected encoder K/V for cross-attention, so each new token
+costs one position of work instead of the whole prefix; a recurrent model's
+cache is its state. ``use_cache=False`` recomputes everything at every step
+(the reference the cache is tested against).
 """
 
 from __future__ import annotations
@@ -11,83 +14,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attnlab.data.base import BOS, EOS, MASK, PAD
-from attnlab.models.stack import DecodingCache
-from attnlab.models.transformer import DecoderOnly, EncoderDecoder, TransformerModel
+from attnlab.models.interface import Architecture
 from attnlab.options import STRATEGIES, DecodeConfig
+from attnlab.special_tokens import BOS, EOS, MASK, PAD
 
 __all__ = ["STRATEGIES", "DecodeConfig", "generate", "filter_logits"]
 
 NEVER_GENERATED = (PAD, BOS, MASK)
-
-
-class Stepper:
-    """Feeds one architecture token by token; rows can be repeated and reordered."""
-
-    def __init__(self, model: TransformerModel, inputs: Tensor, use_cache: bool) -> None:
-        self.model, self.use_cache = model, use_cache
-        self.cache: DecodingCache | None = model.new_cache() if use_cache else None  # type: ignore[operator]
-        if isinstance(model, EncoderDecoder):
-            self.memory, self.memory_real = model.encode(inputs)
-            self.tokens = torch.full((inputs.size(0), 1), BOS, device=inputs.device)
-            self.positions: Tensor | None = None
-            self.key_real: Tensor | None = None
-        else:  # decoder-only: a left-padded prompt, positions counted over real tokens
-            self.tokens = inputs
-            self.key_real = inputs != PAD
-            self.padded = not bool(self.key_real.all())
-            self.positions = (self.key_real.long().cumsum(-1) - 1).clamp(min=0)
-            self.prefix_len = (
-                torch.full((inputs.size(0),), inputs.size(1), device=inputs.device)
-                if model.cfg.prefix_lm
-                else None
-            )
-        self._fed = 0  # tokens already in the cache
-
-    def logits(self) -> Tensor:
-        """Next-token logits (rows, vocab) given every token so far."""
-        new = self.tokens[:, self._fed :] if self.use_cache else self.tokens
-        if isinstance(self.model, EncoderDecoder):
-            hidden = self.model.decoder(
-                new, memory=self.memory, memory_real=self.memory_real, cache=self.cache
-            )
-        else:
-            assert isinstance(self.model, DecoderOnly)
-            start = self._fed if self.use_cache else 0
-            key_real = None  # no padding among the new tokens: no mask to build
-            if self.padded and not (self.use_cache and start > 0):
-                key_real = self.key_real[:, start:]  # generated tokens are never padding
-            hidden = self.model.hidden(
-                new,
-                positions=self.positions[:, start:],
-                key_real=key_real,
-                cache=self.cache,
-                prefix_len=self.prefix_len,
-            )
-        self._fed = self.tokens.size(1)
-        return self.model.lm_head(hidden[:, -1]).float()  # only the last position predicts
-
-    def append(self, token: Tensor) -> None:
-        self.tokens = torch.cat([self.tokens, token[:, None]], dim=1)
-        if self.positions is not None:
-            self.positions = torch.cat([self.positions, self.positions[:, -1:] + 1], dim=1)
-            assert self.key_real is not None
-            self.key_real = torch.cat([self.key_real, torch.ones_like(token[:, None]).bool()], 1)
-
-    def select(self, index: Tensor) -> None:
-        """Keep rows ``index`` (repeat for beams, reorder after a beam step)."""
-        self.tokens = self.tokens.index_select(0, index)
-        if isinstance(self.model, EncoderDecoder):
-            self.memory = self.memory.index_select(0, index)
-            self.memory_real = self.memory_real.index_select(0, index)
-        else:
-            assert self.positions is not None and self.key_real is not None
-            self.positions = self.positions.index_select(0, index)
-            self.key_real = self.key_real.index_select(0, index)
-            if self.prefix_len is not None:
-                self.prefix_len = self.prefix_len.index_select(0, index)
-        if self.cache is not None:
-            self.cache.reorder(index)
 
 
 def _ban_specials(logits: Tensor) -> Tensor:
@@ -119,7 +52,7 @@ def _pad_rows(rows: list[list[int]], device: torch.device) -> Tensor:
 
 @torch.inference_mode()  # no autograd bookkeeping at all: ~15 % of a cached step
 def generate(
-    model: TransformerModel,
+    model: Architecture,
     inputs: Tensor,
     cfg: DecodeConfig,
     eos_id: int | None = EOS,
@@ -127,13 +60,13 @@ def generate(
 ) -> Tensor:
     """Generate continuations, (B, T_new) right-padded, EOS removed.
 
-    ``inputs``: source tokens (B, S) for an encoder-decoder, or a left-padded
-    prompt (B, P) for a decoder-only model.
+    ``inputs`` laid out as the model's ``feeding.prompt_layout`` says: source tokens
+    (B, S), right-padded (``source``), or a left-padded prompt (B, P) (``prompt``).
     """
     max_new = cfg.max_new_tokens or inputs.size(1) + 50
     if cfg.strategy == "beam":
         return beam_search(model, inputs, cfg, max_new, eos_id)
-    stepper = Stepper(model, inputs, cfg.use_cache)
+    stepper = model.start_decoding(inputs, cfg.use_cache)
     B = inputs.size(0)
     finished = torch.zeros(B, dtype=torch.bool, device=inputs.device)
     out: list[Tensor] = []
@@ -161,7 +94,7 @@ def gnmt_length_penalty(length: int, alpha: float) -> float:
 
 
 def beam_search(
-    model: TransformerModel, inputs: Tensor, cfg: DecodeConfig, max_new: int, eos_id: int | None
+    model: Architecture, inputs: Tensor, cfg: DecodeConfig, max_new: int, eos_id: int | None
 ) -> Tensor:
     """Beam search scored by log P(Y|X) / lp(Y); a hypothesis ends at EOS.
 
@@ -170,7 +103,7 @@ def beam_search(
     grows, and lp is at most lp(max_new)).
     """
     B, K = inputs.size(0), cfg.beam_size
-    stepper = Stepper(model, inputs, cfg.use_cache)
+    stepper = model.start_decoding(inputs, cfg.use_cache)
     stepper.select(torch.arange(B, device=inputs.device).repeat_interleave(K))
     scores = torch.zeros(B, K, device=inputs.device)
     scores[:, 1:] = float("-inf")  # the first step expands beam 0 only

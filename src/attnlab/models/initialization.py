@@ -1,4 +1,4 @@
-"""Weight initialisation schemes (``model.init``) and DeepNorm's β gain."""
+"""Weight initialisation schemes (``model.init``); a residual scheme may re-initialise after."""
 
 from __future__ import annotations
 
@@ -47,17 +47,3 @@ def initialize(model: nn.Module, scheme: str, d_model: int, n_layers: int) -> No
                 nn.init.xavier_uniform_(part)
         else:
             nn.init.xavier_uniform_(param)
-
-
-def apply_deepnorm_gain(stack: nn.Module, beta: float) -> None:
-    """DeepNet init: Xavier-normal with gain β for FFN, W_V and W_O; gain 1 for W_Q, W_K."""
-    for module in stack.modules():
-        if isinstance(module, MultiHeadAttention):
-            nn.init.xavier_normal_(module.q_proj.weight, gain=1.0)
-            nn.init.xavier_normal_(module.k_proj.weight, gain=1.0)
-            nn.init.xavier_normal_(module.v_proj.weight, gain=beta)
-            nn.init.xavier_normal_(module.out_proj.weight, gain=beta)
-        elif isinstance(module, FeedForward | SwiGLU):
-            for child in module.modules():
-                if isinstance(child, nn.Linear):
-                    nn.init.xavier_normal_(child.weight, gain=beta)

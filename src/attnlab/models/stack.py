@@ -16,8 +16,8 @@ from attnlab.models.config import ModelConfig
 from attnlab.nn.attention import AttentionInputs
 from attnlab.nn.dropout import Dropout
 from attnlab.nn.layers import DecoderLayer, EncoderLayer, LayerSpec
-from attnlab.nn.norms import RESIDUALS, make_norm
-from attnlab.nn.positions import POSITIONS
+from attnlab.nn.norms import RESIDUALS, StackDepth, make_norm
+from attnlab.nn.positions import POSITIONS, Positions
 
 
 class TokenEmbedding(nn.Module):
@@ -113,6 +113,14 @@ def attention_mask(
     return None if mask is None else mask.unsqueeze(1)
 
 
+def make_positions(cfg: ModelConfig, causal: bool, grid: tuple[int, int] | None) -> Positions:
+    """The ``model.pos`` scheme; image schemes (``needs_grid``) also get the patch grid."""
+    cls = POSITIONS.get(cfg.pos)
+    if cls.needs_grid:
+        return cls(cfg.d_model, cfg.n_heads, cfg.max_len, causal, grid=grid)
+    return cls(cfg.d_model, cfg.n_heads, cfg.max_len, causal)
+
+
 class TransformerStack(nn.Module):
     """Embed tokens, add positions, apply dropout, run the layers, final norm.
 
@@ -123,11 +131,12 @@ class TransformerStack(nn.Module):
     def __init__(
         self,
         cfg: ModelConfig,
-        embedding: TokenEmbedding,
+        embedding: TokenEmbedding | None,
         n_layers: int,
         causal: bool,
         cross: bool = False,
-        residual_alpha: float = 1.0,
+        depth: StackDepth | None = None,
+        grid: tuple[int, int] | None = None,
     ) -> None:
         super().__init__()
         self.causal, self.pad_id = causal, cfg.pad_id
@@ -136,31 +145,37 @@ class TransformerStack(nn.Module):
         # relative buckets look both ways unless attention is purely causal: a prefix-LM
         # sees keys to its right inside the prefix (Mesh TF, Unitransformer.fully_autoregressive)
         fully_causal = causal and not cfg.prefix_lm
-        self.positions = POSITIONS.get(cfg.pos)(cfg.d_model, cfg.n_heads, cfg.max_len, fully_causal)
+        self.positions = make_positions(cfg, fully_causal, grid)
         self.dropout = Dropout(cfg.dropout)
         spec = LayerSpec(
             d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.ff_dim, dropout=cfg.dropout,
             attn_dropout=cfg.attn_dropout, norm=cfg.norm, norm_type=cfg.norm_type, ffn=cfg.ffn,
-            attn_impl=cfg.attn_impl, residual_alpha=residual_alpha,
+            attn_impl=cfg.attn_impl, depth=depth or StackDepth(),
         )  # fmt: skip
         self.layers = nn.ModuleList(
             DecoderLayer(spec, cross) if causal else EncoderLayer(spec) for _ in range(n_layers)
         )
-        self.final_norm = make_norm(cfg.norm_type, cfg.d_model) if RESIDUALS.get(
-            cfg.norm
-        ).final_norm else nn.Identity()
+        self.final_norm = (
+            make_norm(cfg.norm_type, cfg.d_model)
+            if RESIDUALS.get(cfg.norm).final_norm
+            else nn.Identity()
+        )
 
     def forward(
         self,
-        tokens: Tensor,
+        tokens: Tensor | None,
         positions: Tensor | None = None,
         key_real: Tensor | None = None,
         memory: Tensor | None = None,
         memory_real: Tensor | None = None,
         cache: DecodingCache | None = None,
         prefix_len: Tensor | None = None,
+        embeds: Tensor | None = None,
     ) -> Tensor:
         """tokens (B, T) -> hidden states (B, T, d_model).
+
+        ``embeds`` (B, T, d_model) replaces ``tokens`` (pass None) for inputs that are
+        not tokens, such as image patches; positions are added to them all the same.
 
         ``key_real`` marks real (non-padding) tokens; by default every token
         that is not ``pad_id``. A causal stack over a fresh sequence skips that
@@ -170,15 +185,16 @@ class TransformerStack(nn.Module):
         must pass ``key_real`` (generation does). With a cache, tokens are the
         new ones only.
         """
-        B, T = tokens.shape
+        B, T = embeds.shape[:2] if embeds is not None else tokens.shape  # type: ignore[union-attr]
         offset = cache.length if cache is not None else 0
-        q_index = torch.arange(offset, offset + T, device=tokens.device)
+        device = (embeds if embeds is not None else tokens).device  # type: ignore[union-attr]
+        q_index = torch.arange(offset, offset + T, device=device)
         if positions is None:
             positions = q_index
             self.positions.check(positions, last=offset + T - 1)
         else:
             self.positions.check(positions)
-        if key_real is None and (not self.causal or cache is not None):
+        if key_real is None and tokens is not None and (not self.causal or cache is not None):
             is_pad = tokens == self.pad_id
             key_real = ~is_pad if bool(is_pad.any()) else None
         k_positions, k_real = positions, key_real
@@ -188,7 +204,7 @@ class TransformerStack(nn.Module):
         single_step = cache is not None and offset > 0 and T == 1 and k_real is None
         mask = None
         if not single_step:
-            k_index = torch.arange(offset + T, device=tokens.device)
+            k_index = torch.arange(offset + T, device=device)
             mask = attention_mask(q_index, k_index, k_real, self.causal, prefix_len)
         bias = self.positions.bias(positions, k_positions)
         # pure causal self-attention over a fresh sequence: let the fused kernel
@@ -208,7 +224,8 @@ class TransformerStack(nn.Module):
             memory_mask = None if memory_real is None else memory_real[:, None, None, :]
             memory_inputs = AttentionInputs(mask=memory_mask)
 
-        x = self.dropout(self.positions.embed(self.embedding(tokens), positions))
+        x = embeds if embeds is not None else self.embedding(tokens)
+        x = self.dropout(self.positions.embed(x, positions))
         for i, layer in enumerate(self.layers):
             if self.causal:
                 layer_cache = cache.layers[i] if cache is not None else None

@@ -1,71 +1,77 @@
-"""The three architectures, composed from the same stacks (Vaswani et al. 2017, Fig. 1).
+"""The three Transformer architectures, composed from the same stacks (Vaswani et al. 2017, Fig. 1).
 
 * ``EncoderOnly``     bidirectional encoder + LM head (BERT-style masked LM)
 * ``DecoderOnly``     causal decoder + LM head (GPT-style; prefix-LM optional)
 * ``EncoderDecoder``  encoder, and a decoder whose cross-attention reads the
                       encoder output (the original Transformer, T5, BART)
 
-All return logits over the vocabulary; ``hidden`` / ``encode`` / ``decode``
-give the states that classification heads and generation use.
+Each implements :class:`~attnlab.models.interface.Architecture` and declares its
+:class:`~attnlab.models.interface.Feeding`; the tasks and generation use only that.
 """
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from attnlab.models.config import ModelConfig
-from attnlab.models.initialization import apply_deepnorm_gain, initialize
+from attnlab.models.flops import output_flops, transformer_flops
+from attnlab.models.initialization import initialize
+from attnlab.models.interface import ARCHITECTURES, Architecture, DecodingState, Feeding
 from attnlab.models.stack import DecodingCache, TokenEmbedding, TransformerStack
-from attnlab.nn.norms import deepnorm_constants
-from attnlab.registry import Registry
-
-ARCHITECTURES: Registry[type[TransformerModel]] = Registry("model")
+from attnlab.nn.norms import RESIDUALS, StackDepth
+from attnlab.special_tokens import BOS, PAD
 
 
-class TransformerModel(nn.Module):
-    """Shared parts: output projection (optionally tied) and initialisation."""
+class TransformerModel(Architecture):
+    """Shared parts: token embedding, output projection (optionally tied), initialisation."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
+    def __init__(self, cfg: ModelConfig, task: str = "lm") -> None:
+        super().__init__(cfg, task)
         self.embedding = TokenEmbedding(cfg.vocab_size, cfg.d_model, cfg.scale_embeddings)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
 
-    def _finish(self, n_layers: int, stacks: dict[str, TransformerStack]) -> None:
+    def _finish(self, n_layers: int, depths: dict[str, StackDepth]) -> None:
+        """Initialise (``model.init``, then the residual scheme's own step per stack) and tie."""
         initialize(self, self.cfg.init, self.cfg.d_model, n_layers)
-        if self.cfg.norm == "deepnorm":
-            constants = deepnorm_constants(
-                self.cfg.name, self.cfg.encoder_layers, self.cfg.decoder_layers
-            )
-            for role, stack in stacks.items():
-                apply_deepnorm_gain(stack.layers, constants[role][1])
+        residual = RESIDUALS.get(self.cfg.norm)
+        stacks = self.stacks()
+        for role, depth in depths.items():
+            residual.initialize(stacks[role].layers, depth)
         if self.cfg.tie != "none":
             # "we share the same weight matrix between the … embedding layers and
             # the pre-softmax linear transformation" (§3.4)
             self.lm_head.weight = self.embedding.weight
 
-    def _alpha(self, role: str) -> float:
-        if self.cfg.norm != "deepnorm":
-            return 1.0
-        constants = deepnorm_constants(
-            self.cfg.name, self.cfg.encoder_layers, self.cfg.decoder_layers
-        )
-        return constants[role][0]
+    def stacks(self) -> dict[str, nn.Module]:
+        return {name: m for name, m in self.named_children() if isinstance(m, TransformerStack)}
 
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
+
+def mean_over_real(hidden: Tensor, real: Tensor) -> Tensor:
+    """Mean of (B, T, d) states over the positions where ``real`` (B, T) is True."""
+    weights = real.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
 
 
 @ARCHITECTURES.register("encoder_only")
 class EncoderOnly(TransformerModel):
-    """A bidirectional encoder; every position sees every non-padding position."""
+    """A bidirectional encoder; every position sees every non-padding position (BERT)."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__(cfg)
-        self.encoder = TransformerStack(
-            cfg, self.embedding, cfg.n_layers, causal=False, residual_alpha=self._alpha("encoder")
-        )
-        self._finish(cfg.n_layers, {"encoder": self.encoder})
+    feeding = Feeding(
+        lm="masked",
+        classification="mean",
+        pools=("mean",),
+        refusals={
+            "seq2seq": "an encoder-only model cannot generate a target sequence; "
+            "use model=decoder_only or model=encoder_decoder",
+        },
+    )
+
+    def __init__(self, cfg: ModelConfig, task: str = "lm") -> None:
+        super().__init__(cfg, task)
+        depth = StackDepth("encoder", n_encoder=cfg.n_layers, n_decoder=0)
+        self.encoder = TransformerStack(cfg, self.embedding, cfg.n_layers, False, depth=depth)
+        self._finish(cfg.n_layers, {"encoder": depth})
 
     def hidden(self, tokens: Tensor, key_real: Tensor | None = None) -> Tensor:
         return self.encoder(tokens, key_real=key_real)  # (B, T, d_model)
@@ -73,17 +79,29 @@ class EncoderOnly(TransformerModel):
     def forward(self, tokens: Tensor) -> Tensor:
         return self.lm_head(self.hidden(tokens))  # (B, T, vocab)
 
+    def pooled(self, inputs: Tensor) -> Tensor:
+        """BERT-style pooling: the mean of the encoder states over real tokens."""
+        return mean_over_real(self.hidden(inputs), inputs != PAD)
+
+    @classmethod
+    def flops(cls, cfg: ModelConfig, src_len: int, tgt_len: int) -> int:
+        length = src_len + tgt_len  # one sequence (a language model: src_len = 0)
+        return transformer_flops(cfg, length, cfg.n_layers) + output_flops(cfg, length)
+
 
 @ARCHITECTURES.register("decoder_only")
 class DecoderOnly(TransformerModel):
     """A causal decoder without cross-attention (GPT). ``prefix_len`` makes it a prefix-LM."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__(cfg)
-        self.decoder = TransformerStack(
-            cfg, self.embedding, cfg.n_layers, causal=True, residual_alpha=self._alpha("decoder")
-        )
-        self._finish(cfg.n_layers, {"decoder": self.decoder})
+    feeding = Feeding(
+        seq2seq="source_sep_target", lm="causal", classification="last", pools=("last", "mean")
+    )
+
+    def __init__(self, cfg: ModelConfig, task: str = "lm") -> None:
+        super().__init__(cfg, task)
+        depth = StackDepth("decoder", n_encoder=0, n_decoder=cfg.n_layers)
+        self.decoder = TransformerStack(cfg, self.embedding, cfg.n_layers, True, depth=depth)
+        self._finish(cfg.n_layers, {"decoder": depth})
 
     def hidden(
         self,
@@ -100,16 +118,45 @@ class DecoderOnly(TransformerModel):
     def forward(self, tokens: Tensor, **kwargs: object) -> Tensor:
         return self.lm_head(self.hidden(tokens, **kwargs))  # (B, T, vocab)
 
+    def pooled(self, inputs: Tensor) -> Tensor:
+        """``last``: the state of the last real token, which has seen the whole input (with
+        model.prefix_lm=true every token sees every other, T5's prefix LM); ``mean``."""
+        real = inputs != PAD
+        prefix_len = real.sum(1) if self.cfg.prefix_lm else None
+        hidden = self.hidden(inputs, prefix_len=prefix_len)
+        if self.pool_for(self.task) == "mean":
+            return mean_over_real(hidden, real)
+        last = (real.sum(1) - 1).clamp(min=0)
+        return hidden[torch.arange(inputs.size(0), device=inputs.device), last]
+
+    def start_decoding(self, inputs: Tensor, use_cache: bool = True) -> DecodingState:
+        return PromptDecoding(self, inputs, use_cache)
+
     def new_cache(self) -> DecodingCache:
         return DecodingCache(len(self.decoder.layers))
+
+    @classmethod
+    def flops(cls, cfg: ModelConfig, src_len: int, tgt_len: int) -> int:
+        length = src_len + tgt_len  # one sequence (a language model: src_len = 0)
+        return transformer_flops(cfg, length, cfg.n_layers) + output_flops(cfg, length)
 
 
 @ARCHITECTURES.register("encoder_decoder")
 class EncoderDecoder(TransformerModel):
     """Encoder over the source; decoder over the shifted target with cross-attention."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__(cfg)
+    feeding = Feeding(
+        seq2seq="teacher_forcing",
+        classification="decoder_start",
+        pools=("decoder_start", "mean"),
+        refusals={
+            "lm": "language modelling has no source sequence for an encoder; "
+            "use model=decoder_only (causal LM) or model=encoder_only (masked LM)",
+        },
+    )
+
+    def __init__(self, cfg: ModelConfig, task: str = "seq2seq") -> None:
+        super().__init__(cfg, task)
         # the target side owns self.embedding (tied to the output projection);
         # the source side shares it when the vocabulary is shared and tying is "all"
         share_source = cfg.tie == "all"
@@ -118,18 +165,15 @@ class EncoderDecoder(TransformerModel):
             if share_source
             else TokenEmbedding(cfg.vocab_size, cfg.d_model, cfg.scale_embeddings)
         )
+        N, M = cfg.encoder_layers, cfg.decoder_layers
+        depths = {role: StackDepth(role, N, M) for role in ("encoder", "decoder")}
         self.encoder = TransformerStack(
-            cfg, self.src_embedding, cfg.encoder_layers, causal=False,
-            residual_alpha=self._alpha("encoder"),
-        )  # fmt: skip
-        self.decoder = TransformerStack(
-            cfg, self.embedding, cfg.decoder_layers, causal=True, cross=True,
-            residual_alpha=self._alpha("decoder"),
-        )  # fmt: skip
-        self._finish(
-            cfg.encoder_layers + cfg.decoder_layers,
-            {"encoder": self.encoder, "decoder": self.decoder},
+            cfg, self.src_embedding, N, causal=False, depth=depths["encoder"]
         )
+        self.decoder = TransformerStack(
+            cfg, self.embedding, M, causal=True, cross=True, depth=depths["decoder"]
+        )
+        self._finish(N + M, depths)
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """Source tokens -> (memory (B, S, d_model), memory_real (B, S))."""
@@ -151,10 +195,119 @@ class EncoderDecoder(TransformerModel):
         memory, memory_real = self.encode(src)
         return self.decode(tgt_in, memory, memory_real)
 
+    def pooled(self, inputs: Tensor) -> Tensor:
+        """``decoder_start``: the decoder reads one start token over the encoder output
+        (BART §3.2); ``mean``: the mean of the encoder states."""
+        memory, memory_real = self.encode(inputs)
+        if self.pool_for(self.task) == "mean":
+            return mean_over_real(memory, memory_real)
+        start = inputs.new_full((inputs.size(0), 1), BOS)
+        return self.decoder(start, memory=memory, memory_real=memory_real)[:, 0]
+
+    def start_decoding(self, inputs: Tensor, use_cache: bool = True) -> DecodingState:
+        return SourceDecoding(self, inputs, use_cache)
+
     def new_cache(self) -> DecodingCache:
         return DecodingCache(len(self.decoder.layers))
 
+    @classmethod
+    def flops(cls, cfg: ModelConfig, src_len: int, tgt_len: int) -> int:
+        return (
+            transformer_flops(cfg, src_len, cfg.encoder_layers)
+            + transformer_flops(cfg, tgt_len, cfg.decoder_layers, memory_len=src_len)
+            + output_flops(cfg, tgt_len)
+        )
 
-def build_model(cfg: ModelConfig) -> TransformerModel:
-    """Instantiate the architecture named by ``cfg.name``."""
-    return ARCHITECTURES.get(cfg.name)(cfg)
+
+class SourceDecoding(DecodingState):
+    """An encoder-decoder's generation: the source encoded once, the decoder fed from BOS.
+
+    With a cache, each step runs the decoder on the newest token only; the cache holds
+    every self-attention layer's keys/values and the projected encoder keys/values.
+    """
+
+    def __init__(self, model: EncoderDecoder, src: Tensor, use_cache: bool) -> None:
+        self.model = model
+        self.cache = model.new_cache() if use_cache else None
+        self.memory, self.memory_real = model.encode(src)
+        self.tokens = torch.full((src.size(0), 1), BOS, device=src.device)
+        self._fed = 0  # tokens already in the cache
+
+    def logits(self) -> Tensor:
+        new = self.tokens[:, self._fed :] if self.cache is not None else self.tokens
+        hidden = self.model.decoder(
+            new, memory=self.memory, memory_real=self.memory_real, cache=self.cache
+        )
+        self._fed = self.tokens.size(1)
+        return self.model.lm_head(hidden[:, -1]).float()  # only the last position predicts
+
+    def append(self, token: Tensor) -> None:
+        self.tokens = torch.cat([self.tokens, token[:, None]], dim=1)
+
+    def select(self, index: Tensor) -> None:
+        self.tokens = self.tokens.index_select(0, index)
+        self.memory = self.memory.index_select(0, index)
+        self.memory_real = self.memory_real.index_select(0, index)
+        if self.cache is not None:
+            self.cache.reorder(index)
+
+
+class PromptDecoding(DecodingState):
+    """A decoder-only model continuing a left-padded prompt; positions count real tokens only,
+    so every row's first real token is at position 0 whatever its padding."""
+
+    def __init__(self, model: DecoderOnly, prompt: Tensor, use_cache: bool) -> None:
+        self.model = model
+        self.cache = model.new_cache() if use_cache else None
+        self.tokens = prompt
+        self.key_real = prompt != PAD
+        self.padded = not bool(self.key_real.all())
+        self.positions = (self.key_real.long().cumsum(-1) - 1).clamp(min=0)
+        self.prefix_len = (
+            torch.full((prompt.size(0),), prompt.size(1), device=prompt.device)
+            if model.cfg.prefix_lm
+            else None
+        )
+        self._fed = 0
+
+    def logits(self) -> Tensor:
+        use_cache = self.cache is not None
+        start = self._fed if use_cache else 0
+        new = self.tokens[:, start:]
+        key_real = None  # no padding among the new tokens: no mask to build
+        if self.padded and not (use_cache and start > 0):
+            key_real = self.key_real[:, start:]  # generated tokens are never padding
+        hidden = self.model.hidden(
+            new,
+            positions=self.positions[:, start:],
+            key_real=key_real,
+            cache=self.cache,
+            prefix_len=self.prefix_len,
+        )
+        self._fed = self.tokens.size(1)
+        return self.model.lm_head(hidden[:, -1]).float()
+
+    def append(self, token: Tensor) -> None:
+        self.tokens = torch.cat([self.tokens, token[:, None]], dim=1)
+        self.positions = torch.cat([self.positions, self.positions[:, -1:] + 1], dim=1)
+        self.key_real = torch.cat([self.key_real, torch.ones_like(token[:, None]).bool()], 1)
+
+    def select(self, index: Tensor) -> None:
+        self.tokens = self.tokens.index_select(0, index)
+        self.positions = self.positions.index_select(0, index)
+        self.key_real = self.key_real.index_select(0, index)
+        if self.prefix_len is not None:
+            self.prefix_len = self.prefix_len.index_select(0, index)
+        if self.cache is not None:
+            self.cache.reorder(index)
+
+
+def build_model(cfg: ModelConfig, task: str | None = None) -> Architecture:
+    """Instantiate the architecture named by ``cfg.name`` for data of kind ``task``
+    (default: the first task its feeding serves)."""
+    cls = ARCHITECTURES.get(cfg.name)
+    if task is None:
+        from attnlab.models.interface import TASK_KINDS
+
+        task = next(t for t in TASK_KINDS if cls.feeding.serves(t))
+    return cls(cfg, task)

@@ -1,8 +1,8 @@
 """Position-wise feed-forward networks (``model.ffn``).
 
-    FFN(x) = max(0, xW₁ + b₁)W₂ + b₂                     Vaswani et al. 2017, eq. 2
-    GELU variant: GELU(xW₁ + b₁)W₂ + b₂                 BERT, GPT-2
-    SwiGLU(x) = (Swish(xW₁) ⊙ xV)W₂                     Shazeer 2020
+FFN(x) = max(0, xW₁ + b₁)W₂ + b₂                     Vaswani et al. 2017, eq. 2
+GELU variant: GELU(xW₁ + b₁)W₂ + b₂                 BERT, GPT-2
+SwiGLU(x) = (Swish(xW₁) ⊙ xV)W₂                     Shazeer 2020
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from attnlab.nn.attention import AttentionInputs, MultiHeadAttention
 from attnlab.nn.feedforward import FEEDFORWARDS
-from attnlab.nn.norms import RESIDUALS
+from attnlab.nn.norms import RESIDUALS, StackDepth
 
 
 @dataclass
@@ -31,12 +31,10 @@ class LayerSpec:
     norm_type: str = "layernorm"
     ffn: str = "relu"
     attn_impl: str = "sdpa"
-    residual_alpha: float = 1.0  # DeepNorm's α; 1 elsewhere
+    depth: StackDepth = StackDepth()  # which stack, how deep the model is (DeepNorm's α)
 
     def residual(self) -> nn.Module:
-        return RESIDUALS.get(self.norm)(
-            self.d_model, self.norm_type, self.dropout, alpha=self.residual_alpha
-        )
+        return RESIDUALS.get(self.norm)(self.d_model, self.norm_type, self.dropout, self.depth)
 
     def attention(self) -> MultiHeadAttention:
         return MultiHeadAttention(self.d_model, self.n_heads, self.attn_dropout, self.attn_impl)

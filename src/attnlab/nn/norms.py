@@ -12,6 +12,7 @@ one residual wrapper; the placements differ only in where the norm goes:
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from torch import Tensor, nn
 
@@ -45,15 +46,36 @@ def make_norm(norm_type: str, d_model: int) -> nn.Module:
     return NORM_TYPES.get(norm_type)(d_model)
 
 
+@dataclass(frozen=True)
+class StackDepth:
+    """Where a residual sits: its stack (``encoder`` or ``decoder``) and the model's layer
+    counts (0 where the model has no such stack). Depth-aware schemes (DeepNorm) read it."""
+
+    role: str = "decoder"
+    n_encoder: int = 0
+    n_decoder: int = 1
+
+
 class Residual(nn.Module):
-    """Base residual wrapper. ``final_norm``: whether the stack ends with a norm."""
+    """Base residual wrapper. ``final_norm``: whether the stack ends with a norm.
+
+    A scheme owns its constants and its initialisation: ``__init__`` receives the
+    stack's :class:`StackDepth`, and ``initialize`` runs on each stack's layers after
+    the model's ``model.init`` scheme.
+    """
 
     final_norm = False
 
-    def __init__(self, d_model: int, norm_type: str, dropout: float, alpha: float = 1.0) -> None:
+    def __init__(
+        self, d_model: int, norm_type: str, dropout: float, depth: StackDepth = StackDepth()
+    ) -> None:
         super().__init__()
         self.norm = make_norm(norm_type, d_model)
         self.dropout = Dropout(dropout)
+
+    @classmethod
+    def initialize(cls, layers: nn.Module, depth: StackDepth) -> None:
+        """Re-initialise a stack's layers after ``model.init`` (a no-op by default)."""
 
     def forward(self, x: Tensor, sublayer: Sublayer) -> Tensor:
         raise NotImplementedError
@@ -83,8 +105,10 @@ class SandwichNormResidual(Residual):
 
     final_norm = True
 
-    def __init__(self, d_model: int, norm_type: str, dropout: float, alpha: float = 1.0) -> None:
-        super().__init__(d_model, norm_type, dropout)
+    def __init__(
+        self, d_model: int, norm_type: str, dropout: float, depth: StackDepth = StackDepth()
+    ) -> None:
+        super().__init__(d_model, norm_type, dropout, depth)
         self.out_norm = make_norm(norm_type, d_model)
 
     def forward(self, x: Tensor, sublayer: Sublayer) -> Tensor:
@@ -93,35 +117,53 @@ class SandwichNormResidual(Residual):
 
 @RESIDUALS.register("deepnorm")
 class DeepNormResidual(Residual):
-    """LN(α·x + Dropout(Sublayer(x))): Post-LN with an up-weighted residual.
+    """LN(α·x + Dropout(Sublayer(x))): Post-LN with an up-weighted residual (Wang et al. 2022).
 
-    α (and the init gain β applied by the model) come from :func:`deepnorm_constants`.
+    α and the init gain β depend on the stack and the model's depth
+    (:func:`deepnorm_constants`); β is applied by :meth:`initialize`.
     """
 
-    def __init__(self, d_model: int, norm_type: str, dropout: float, alpha: float = 1.0) -> None:
-        super().__init__(d_model, norm_type, dropout)
-        self.alpha = alpha
+    def __init__(
+        self, d_model: int, norm_type: str, dropout: float, depth: StackDepth = StackDepth()
+    ) -> None:
+        super().__init__(d_model, norm_type, dropout, depth)
+        self.alpha = deepnorm_constants(depth)[0]
+
+    @classmethod
+    def initialize(cls, layers: nn.Module, depth: StackDepth) -> None:
+        """DeepNet init: Xavier-normal with gain β for the FFN, W_V and W_O; gain 1 for W_Q
+        and W_K (Wang et al. 2022, Fig. 2, ``deepnorm_init``)."""
+        from attnlab.nn.attention import MultiHeadAttention
+        from attnlab.nn.feedforward import FeedForward, SwiGLU
+
+        beta = deepnorm_constants(depth)[1]
+        for module in layers.modules():
+            if isinstance(module, MultiHeadAttention):
+                nn.init.xavier_normal_(module.q_proj.weight, gain=1.0)
+                nn.init.xavier_normal_(module.k_proj.weight, gain=1.0)
+                nn.init.xavier_normal_(module.v_proj.weight, gain=beta)
+                nn.init.xavier_normal_(module.out_proj.weight, gain=beta)
+            elif isinstance(module, FeedForward | SwiGLU):
+                for child in module.modules():
+                    if isinstance(child, nn.Linear):
+                        nn.init.xavier_normal_(child.weight, gain=beta)
 
     def forward(self, x: Tensor, sublayer: Sublayer) -> Tensor:
         return self.norm(self.alpha * x + self.dropout(sublayer(x)))
 
 
-def deepnorm_constants(
-    architecture: str, n_encoder: int, n_decoder: int
-) -> dict[str, tuple[float, float]]:
-    """(α, β) per stack from Wang et al. 2022, Table 1 / Figure 2.
+def deepnorm_constants(depth: StackDepth) -> tuple[float, float]:
+    """(α, β) of one stack from Wang et al. 2022, Table 1 / Figure 2.
 
     encoder-only (N layers):  α = (2N)^¼,  β = (8N)^-¼
     decoder-only (M layers):  α = (2M)^¼,  β = (8M)^-¼
     encoder-decoder:          encoder α = 0.81(N⁴M)^(1/16), β = 0.87(N⁴M)^(-1/16)
                               decoder α = (3M)^¼,           β = (12M)^(-¼)
     """
-    N, M = n_encoder, n_decoder
-    if architecture == "encoder_only":
-        return {"encoder": ((2 * N) ** 0.25, (8 * N) ** -0.25)}
-    if architecture == "decoder_only":
-        return {"decoder": ((2 * M) ** 0.25, (8 * M) ** -0.25)}
-    return {
-        "encoder": (0.81 * (N**4 * M) ** (1 / 16), 0.87 * (N**4 * M) ** (-1 / 16)),
-        "decoder": ((3 * M) ** 0.25, (12 * M) ** -0.25),
-    }
+    N, M = depth.n_encoder, depth.n_decoder
+    if N and M:
+        if depth.role == "encoder":
+            return 0.81 * (N**4 * M) ** (1 / 16), 0.87 * (N**4 * M) ** (-1 / 16)
+        return (3 * M) ** 0.25, (12 * M) ** -0.25
+    layers = N or M
+    return (2 * layers) ** 0.25, (8 * layers) ** -0.25

@@ -17,6 +17,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from attnlab.errors import ConfigError
 from attnlab.registry import Registry
 
 POSITIONS: Registry[type[Positions]] = Registry("model.pos")
@@ -26,8 +27,11 @@ class Positions(nn.Module):
     """No positional information (``model.pos=none``); base of every scheme.
 
     ``causal``: every query sees only itself and earlier keys (a decoder that is
-    not a prefix-LM).
+    not a prefix-LM). ``needs_grid``: the scheme places tokens on an image's patch
+    grid and is built with ``grid=(rows, columns)`` (model=vit).
     """
+
+    needs_grid = False
 
     def __init__(self, d_model: int, n_heads: int, max_len: int, causal: bool) -> None:
         super().__init__()
@@ -95,6 +99,80 @@ class LearnedPositions(Positions):
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         return x + self.table(pos)
+
+
+class GridPositions(Positions):
+    """Base of 2-D schemes over a ViT's input ``[CLS], patch₀ … patch_{R·C−1}``.
+
+    Position 0 is the [CLS] token (when the model uses one); position t ≥ 1 is the
+    patch in row (t−1) // C, column (t−1) % C, in raster order. With ``model.pool=mean``
+    there is no [CLS] token and the patches start at position 1 all the same.
+    """
+
+    needs_grid = True
+
+    def __init__(
+        self, d_model: int, n_heads: int, max_len: int, causal: bool,
+        grid: tuple[int, int] | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(d_model, n_heads, max_len, causal)
+        if grid is None:
+            raise ConfigError(
+                "a 2-D position scheme needs an image's patch grid; use it with model=vit, or "
+                "choose a 1-D scheme (model.pos=learned, sinusoidal, rope, …)"
+            )
+        if d_model % 4:
+            raise ConfigError(f"a 2-D position scheme needs model.d_model divisible by 4, "
+                              f"got {d_model}")  # fmt: skip
+        self.rows, self.columns = grid
+
+    def check(self, pos: Tensor, last: int | None = None) -> None:
+        last = int(pos.max()) if last is None else last
+        if last > self.rows * self.columns:
+            raise ValueError(f"position {last} is outside the {self.rows}×{self.columns} grid")
+
+    def row_column(self, pos: Tensor) -> tuple[Tensor, Tensor]:
+        patch = (pos - 1).clamp(min=0)
+        return patch // self.columns, patch % self.columns
+
+
+@POSITIONS.register("learned_2d")
+class Learned2DPositions(GridPositions):
+    """Learned row and column embeddings of d_model/2 each, concatenated (Dosovitskiy et al.
+    2021, App. D.4, "2-dimensional positional embedding"); [CLS] learns its own vector."""
+
+    def __init__(
+        self, d_model: int, n_heads: int, max_len: int, causal: bool,
+        grid: tuple[int, int] | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(d_model, n_heads, max_len, causal, grid)
+        self.row_table = nn.Embedding(self.rows, d_model // 2)
+        self.column_table = nn.Embedding(self.columns, d_model // 2)
+        self.cls = nn.Parameter(torch.zeros(d_model))
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        row, column = self.row_column(pos)
+        table = torch.cat([self.row_table(row), self.column_table(column)], dim=-1)
+        table = torch.where((pos == 0).unsqueeze(-1), self.cls, table)
+        return x + table.to(x.dtype)
+
+
+@POSITIONS.register("sinusoidal_2d")
+class Sinusoidal2DPositions(GridPositions):
+    """Fixed 2-D sinusoids: §3.5's encoding of the row in the first d_model/2 channels and of
+    the column in the last d_model/2 (as MAE, He et al. 2022); [CLS] gets zeros."""
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        row, column = self.row_column(pos)
+        half = self.d_model // 2
+
+        def encode(p: Tensor) -> Tensor:
+            angles = _angles(p, half)
+            return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)
+
+        table = torch.cat([encode(row), encode(column)], dim=-1)
+        table = table.masked_fill((pos == 0).unsqueeze(-1), 0.0)
+        return x + table.to(x.dtype)
 
 
 @POSITIONS.register("rope")
@@ -180,3 +258,8 @@ class T5RelativePositions(Positions):
         if values.dim() == 3:
             values = values.unsqueeze(0)
         return values.permute(0, 3, 1, 2)  # (B|1, H, Tq, Tk)
+
+
+def sequence_positions() -> list[str]:
+    """The ``model.pos`` names for token sequences (every scheme but the image-grid ones)."""
+    return [name for name, cls in POSITIONS.items() if not cls.needs_grid]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from attnlab.errors import ConfigError
 from attnlab.registry import Registry
 from attnlab.tasks.base import OptimConfig, Task, lr_multiplier
-from attnlab.tasks.classification import ClassificationTask
+from attnlab.tasks.classification import ClassificationTask, ImageClassificationTask
 from attnlab.tasks.language_modeling import LanguageModelTask
 from attnlab.tasks.seq2seq import Seq2SeqTask
 
@@ -13,21 +13,18 @@ TASKS: Registry[type[Task]] = Registry("data task")
 TASKS.register("seq2seq")(Seq2SeqTask)
 TASKS.register("lm")(LanguageModelTask)
 TASKS.register("classification")(ClassificationTask)
-
-# Which architecture serves which task (DESIGN.md); a pair missing here is refused.
-INCOMPATIBLE = {
-    ("encoder_only", "seq2seq"): "an encoder-only model cannot generate a target sequence; "
-    "use model=decoder_only or model=encoder_decoder",
-    ("encoder_decoder", "lm"): "language modelling has no source sequence for an encoder; "
-    "use model=decoder_only (causal LM) or model=encoder_only (masked LM)",
-}
+TASKS.register("image_classification")(ImageClassificationTask)
 
 
 def check_compatible(architecture: str, task: str, prefix_lm: bool = False) -> None:
-    """Raise ConfigError for an architecture/task pair that has no meaning."""
-    reason = INCOMPATIBLE.get((architecture, task))
-    if reason:
-        raise ConfigError(f"model={architecture} does not fit a {task} data set: {reason}")
+    """Raise ConfigError for an architecture/task pair its feeding declaration does not serve."""
+    from attnlab.models import ARCHITECTURES
+
+    feeding = ARCHITECTURES.get(architecture).feeding
+    if not feeding.serves(task):
+        raise ConfigError(
+            f"model={architecture} does not fit a {task} data set: {feeding.refusal(task)}"
+        )
     if prefix_lm and task == "lm":
         raise ConfigError(
             "model.prefix_lm=true attends bidirectionally over an input, and language-modelling "
@@ -41,6 +38,7 @@ def task_class(task: str) -> type[Task]:
 
 __all__ = [
     "ClassificationTask",
+    "ImageClassificationTask",
     "LanguageModelTask",
     "OptimConfig",
     "Seq2SeqTask",

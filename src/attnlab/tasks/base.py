@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from attnlab.errors import ConfigError
-from attnlab.models import ModelConfig, TransformerModel, build_model
+from attnlab.models import Architecture, ModelConfig, build_model
 from attnlab.models.generation import DecodeConfig
 from attnlab.options import SCHEDULES, OptimConfig, TaskConfig
 
@@ -70,7 +70,7 @@ class Task(L.LightningModule):
         self.task_cfg = TaskConfig(**(task or {}))
         self.decode_cfg = DecodeConfig(**(decode or {}))
         self.seed = seed
-        self.model: TransformerModel = build_model(self.model_cfg)
+        self.model: Architecture = build_model(self.model_cfg, self.kind)
         self.label_smoothing = self.task_cfg.label_smoothing
 
     def setup(self, stage: str) -> None:
@@ -93,11 +93,9 @@ class Task(L.LightningModule):
 
     def flops_in_batch(self, batch: dict[str, Tensor]) -> float:
         """Training FLOPs of one step on ``batch`` (padded shapes), for MFU."""
-        from attnlab.callbacks.mfu import forward_flops
-
         src_len, tgt_len = self.sequence_lengths(batch)
         rows = next(iter(batch.values())).size(0)
-        return 3.0 * rows * forward_flops(self.model_cfg, src_len, tgt_len)
+        return 3.0 * rows * self.model.flops(self.model_cfg, src_len, tgt_len)
 
     def sequence_lengths(self, batch: dict[str, Tensor]) -> tuple[int, int]:
         """(source, target) lengths the model reads for ``batch``; tasks override."""

@@ -14,8 +14,7 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-from attnlab.data.base import MASK, NUM_SPECIAL
-from attnlab.models import EncoderOnly
+from attnlab.special_tokens import MASK, NUM_SPECIAL
 from attnlab.tasks.base import Task
 
 IGNORE = -100
@@ -46,7 +45,7 @@ def mask_tokens(
 
 
 class LanguageModelTask(Task):
-    """Causal LM for decoder_only, masked LM for encoder_only; logs loss, ppl, acc."""
+    """Causal or masked LM, as the architecture's feeding declares; logs loss, ppl, acc."""
 
     kind = "lm"
 
@@ -62,7 +61,7 @@ class LanguageModelTask(Task):
     def inputs_and_labels(
         self, tokens: Tensor, generator: torch.Generator | None = None
     ) -> tuple[Tensor, Tensor]:
-        if isinstance(self.model, EncoderOnly):
+        if self.model.feeding.lm == "masked":
             return mask_tokens(
                 tokens[:, :-1], self.model_cfg.vocab_size, self.mlm_probability, generator
             )

@@ -16,9 +16,8 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.text import SacreBLEUScore
 
-from attnlab.data.base import BOS, EOS, PAD, SEP
-from attnlab.models import DecoderOnly, EncoderDecoder
 from attnlab.models.generation import generate
+from attnlab.special_tokens import BOS, EOS, PAD, SEP
 from attnlab.tasks.base import Task
 
 IGNORE = -100
@@ -101,17 +100,16 @@ class Seq2SeqTask(Task):
 
     def forward(self, src: Tensor, tgt: Tensor) -> tuple[Tensor, Tensor]:
         """Teacher-forced logits and labels, aligned position by position."""
-        if isinstance(self.model, EncoderDecoder):
+        if self.model.feeding.seq2seq == "teacher_forcing":
             decoder_in, labels = teacher_forcing(tgt)
             return self.model(src, decoder_in), labels
-        assert isinstance(self.model, DecoderOnly)
         seq, labels, prefix_len = join_source_target(src, tgt)
         prefix = prefix_len if self.model_cfg.prefix_lm else None
         return self.model(seq, prefix_len=prefix), labels
 
     def sequence_lengths(self, batch: dict[str, Tensor]) -> tuple[int, int]:
         S, T = batch["src"].size(1), batch["tgt"].size(1)
-        if isinstance(self.model, EncoderDecoder):
+        if self.model.feeding.seq2seq == "teacher_forcing":
             return S, T + 1  # BOS + target
         return 0, S + T + 2  # source SEP target EOS
 
@@ -124,7 +122,8 @@ class Seq2SeqTask(Task):
     @torch.no_grad()
     def translate(self, src: Tensor) -> Tensor:
         """Free-running decoding of a batch of sources -> (B, T) predicted targets."""
-        inputs = src if isinstance(self.model, EncoderDecoder) else left_pad_prompts(src)
+        layout = self.model.feeding.prompt_layout("seq2seq")
+        inputs = src if layout == "source" else left_pad_prompts(src)
         return generate(self.model, inputs, self.decode_cfg)
 
     def _evaluate(self, batch: dict[str, Tensor], stage: str) -> None:
