@@ -61,7 +61,7 @@ def registry_rows() -> list[tuple[str, str, str]]:
 def group_rows() -> list[tuple[str, str, str]]:
     rows = []
     for group in GROUPS:
-        for path in sorted((config_dir() / group).glob("*.yaml")):
+        for path in sorted((config_dir() / group).glob("[!_]*.yaml")):  # _base: shared keys
             rows.append((group, path.stem, _yaml_comment(path)))
     return rows
 

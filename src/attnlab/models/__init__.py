@@ -13,6 +13,8 @@ from attnlab.models.transformer import (
     TransformerModel,
     build_model,
 )
+from attnlab.models.vit import VisionTransformer
+
 
 __all__ = [
     "ARCHITECTURES",
@@ -25,5 +27,6 @@ __all__ = [
     "Feeding",
     "ModelConfig",
     "TransformerModel",
+    "VisionTransformer",
     "build_model",
 ]

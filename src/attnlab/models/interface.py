@@ -73,7 +73,11 @@ class Feeding:
         return self.layout(task) is not None
 
     def refusal(self, task: str) -> str:
-        return self.refusals.get(task, f"it declares no way to be fed {task} data")
+        if task == "image_classification":
+            default = "it reads token sequences, not images; use model=vit"
+        else:
+            default = f"it declares no way to be fed {task} data"
+        return self.refusals.get(task, default)
 
     def prompt_layout(self, task: str) -> str | None:
         """How generation lays out its inputs for ``task``: ``source`` (right-padded
