@@ -29,6 +29,8 @@ DATA_MODULES = frozenset({
     "attnlab.data.text.TextDataModule",
     "attnlab.data.translation.TranslationDataModule",
     "attnlab.data.classification.ClassificationDataModule",
+    "attnlab.data.images.DigitsDataModule",
+    "attnlab.data.images.ImageFolderDataModule",
 })  # fmt: skip
 
 # everything else conf/ builds: the Trainer, its strategy, callbacks and loggers

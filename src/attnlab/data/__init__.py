@@ -1,4 +1,4 @@
-"""Data modules: synthetic tasks, text (LM), translation (seq2seq), classification.
+"""Data modules: synthetic tasks, text (LM), translation (seq2seq), classification, images.
 
 Importing this package registers the ``${attnlab_data_root:}`` resolver that
 the real-data presets in ``conf/data/`` use.

@@ -4,7 +4,7 @@ Token ids 0–5 are reserved for the special tokens below in every vocabulary
 (synthetic, character or BPE), so tasks and models never need to ask a
 tokenizer for them.
 
-Batch formats (all tensors ``torch.long``):
+Batch formats (all tensors ``torch.long`` unless marked):
 
 * ``seq2seq``        ``{"src": (B, S), "tgt": (B, T)}`` right-padded with ``PAD``;
   neither side carries BOS/EOS — the task adds them (teacher forcing).
@@ -12,6 +12,10 @@ Batch formats (all tensors ``torch.long``):
   a causal LM predicts ``tokens[:, 1:]`` from ``tokens[:, :-1]``.
 * ``classification`` ``{"input_ids": (B, L), "labels": (B,)}``, ``input_ids``
   right-padded with ``PAD``.
+* ``image_classification`` ``{"pixels": float32 (B, C, H, W), "labels": (B,)}``,
+  square images normalised per channel by the training split's mean and std;
+  the data module's ``model_inputs`` (``image_size``, ``channels``,
+  ``patch_size``) says what the model must be built for, and ``vocab_size`` is 0.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ __all__ = [
     "TASKS", "Tokenizer", "UNK",
 ]  # fmt: skip
 
-TASKS = ("seq2seq", "lm", "classification")
+TASKS = ("seq2seq", "lm", "classification", "image_classification")
 
 
 class Tokenizer(Protocol):

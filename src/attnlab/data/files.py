@@ -30,6 +30,20 @@ def existing_file(path: str | os.PathLike | None, key: str) -> Path:
     return p
 
 
+def existing_dir(path: str | os.PathLike | None, key: str) -> Path:
+    """``path`` as a Path, or DataError naming ``key`` when it is unset or not a folder."""
+    if path is None or str(path) == "":
+        raise DataError(f"{key} is not set; point {key} at a folder")
+    p = Path(os.path.expanduser(str(path)))
+    if not p.is_dir():
+        what = "is a file, not a folder" if p.is_file() else "folder not found"
+        hint = ""
+        if str(p).startswith(data_root()):
+            hint = f" (or set {DATA_ROOT_ENV} to the folder holding the shared data)"
+        raise DataError(f"{key}: {what}: {p}; set {key}=/path/to/your/folder{hint}")
+    return p
+
+
 def file_identity(path: Path) -> list:
     """What says a file is unchanged for caching: resolved path, size and mtime."""
     st = path.stat()

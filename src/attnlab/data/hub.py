@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from attnlab.errors import DataError
@@ -11,14 +13,23 @@ def load_hf_dataset(name: str, config: str | None = None) -> Any:
     """``datasets.load_dataset(name, config)`` as a DatasetDict; DataError when it can't be loaded.
 
     Without network access this works only for datasets already in the local
-    Hugging Face cache (or a local folder of csv/json/parquet files).
+    Hugging Face cache (or a local folder of csv/json/parquet files). A folder
+    written by ``save_to_disk`` (a Dataset or a DatasetDict) is read with
+    ``datasets.load_from_disk``.
     """
+    local = Path(os.path.expanduser(str(name)))
+    saved = (local / "dataset_dict.json").is_file() or (local / "state.json").is_file()
     try:
         import datasets
 
-        ds = datasets.load_dataset(name, config)
+        ds = datasets.load_from_disk(str(local)) if saved else datasets.load_dataset(name, config)
     except Exception as e:  # offline, unknown name, bad config: all the user's to fix
         reason = (str(e).splitlines() or [""])[0][:200]
+        if saved:
+            raise DataError(
+                f"data.hf.name: cannot load the saved dataset {local} ({type(e).__name__}: "
+                f"{reason}); write it again with save_to_disk"
+            ) from e
         raise DataError(
             f"data.hf.name: Hugging Face dataset {name!r} (config {config!r}) is not available "
             f"offline ({type(e).__name__}: {reason}); download it while online, or use a local "

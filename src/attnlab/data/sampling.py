@@ -19,9 +19,10 @@ import torch
 from torch.utils.data import DataLoader, RandomSampler
 
 
-def epoch_generator(seed: int, epoch: int) -> torch.Generator:
-    """A generator for ``(seed, epoch)``; distinct pairs give unrelated streams."""
-    state = np.random.SeedSequence([int(seed) & 0xFFFFFFFF, int(epoch)]).generate_state(2)
+def epoch_generator(seed: int, epoch: int, *more: int) -> torch.Generator:
+    """A generator for ``(seed, epoch, *more)``; distinct keys give unrelated streams."""
+    key = [int(seed) & 0xFFFFFFFF, int(epoch), *map(int, more)]
+    state = np.random.SeedSequence(key).generate_state(2)
     return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
 
 
