@@ -22,6 +22,7 @@ from attnlab.models.vit import VisionTransformer, patchify
 from attnlab.nn.norms import DeepNormResidual
 from attnlab.nn.positions import POSITIONS, Learned2DPositions, Sinusoidal2DPositions
 from attnlab.tasks import check_compatible
+from composed_runs import TINY_MODEL, compose_run
 
 REPO = Path(__file__).resolve().parents[1]
 FILLED_FROM_DATA = {"vocab_size", "image_size", "channels", "patch_size"}
@@ -100,8 +101,18 @@ def test_deepnorm_owns_its_constants_and_init() -> None:
 
 
 def vit(**overrides: object) -> VisionTransformer:
-    cfg = {"name": "vit", "d_model": 32, "n_heads": 4, "n_layers": 2, "image_size": 8,
-           "channels": 1, "patch_size": 2, "pos": "learned", "dropout": 0.0, **overrides}
+    cfg = {
+        "name": "vit",
+        "d_model": 32,
+        "n_heads": 4,
+        "n_layers": 2,
+        "image_size": 8,
+        "channels": 1,
+        "patch_size": 2,
+        "pos": "learned",
+        "dropout": 0.0,
+        **overrides,
+    }
     model = build_model(ModelConfig.from_dict(cfg), "image_classification")
     assert isinstance(model, VisionTransformer)
     return model.eval()
@@ -171,3 +182,50 @@ def test_grid_positions_are_refused_for_sequences() -> None:
 def test_bad_vit_settings_are_one_line(overrides: dict, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
         vit(**overrides)
+
+
+VIT_FAST = ["model=vit", "data=digits", *TINY_MODEL, "trainer.fast_dev_run=true",
+            "trainer.enable_progress_bar=false", "callbacks=none"]  # fmt: skip
+
+
+@pytest.mark.parametrize("pos", ["learned", "learned_2d", "sinusoidal_2d"])
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_the_vit_ablation_axes_train_through_the_configs(pos: str, norm: str, tmp_path: Path):
+    from attnlab.train import train
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    result = train(compose_run([*VIT_FAST, f"model.pos={pos}", f"model.norm={norm}"], run_dir),
+                   run_dir)  # fmt: skip
+    assert result["status"] == "completed"
+    assert 0.0 <= result["metrics"]["test/acc"] <= 1.0
+
+
+def test_a_vit_run_is_evaluated_from_its_directory(tmp_path: Path, capsys) -> None:
+    from omegaconf import OmegaConf
+
+    from attnlab import eval as attnlab_eval
+    from attnlab.train import train
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    overrides = [o for o in VIT_FAST if o != "trainer.fast_dev_run=true"]
+    overrides += ["trainer.max_steps=3", "trainer.limit_val_batches=1", "trainer.max_epochs=1"]
+    cfg = compose_run(overrides, run_dir)
+    result = train(cfg, run_dir)
+    assert result["status"] == "completed"
+    (run_dir / ".hydra").mkdir()  # what Hydra writes in a real run
+    OmegaConf.save({k: v for k, v in cfg.items() if k != "hydra"}, run_dir / ".hydra/config.yaml")
+    code = attnlab_eval.main([f"run_dir={run_dir}"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "test/acc" in printed
+    saved = torch.load(run_dir / "checkpoints/last.ckpt", weights_only=True)
+    assert saved["hyper_parameters"]["model"]["image_size"] == 8  # filled in from the data
+
+
+def test_vit_on_text_and_text_models_on_images_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="reads images"):
+        check_compatible("vit", "classification")
+    with pytest.raises(ConfigError, match="use model=vit"):
+        check_compatible("encoder_only", "image_classification")

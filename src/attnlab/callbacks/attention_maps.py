@@ -20,7 +20,6 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from attnlab.models.stack import TransformerStack
 from attnlab.nn.attention import MultiHeadAttention
 from attnlab.special_tokens import NUM_SPECIAL, PAD, SPECIAL_TOKENS
 
@@ -32,8 +31,7 @@ def transformer_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """``[("encoder.0", layer), …, ("decoder.5", layer)]``, input side first."""
     return [
         (f"{stack_name}.{i}", layer)
-        for stack_name, stack in model.named_children()
-        if isinstance(stack, TransformerStack)
+        for stack_name, stack in model.stacks().items()
         for i, layer in enumerate(stack.layers)
     ]
 
@@ -44,6 +42,8 @@ def forward_with_labels(task: nn.Module, batch: dict[str, Any]) -> tuple[Tensor,
         return task(batch["src"], batch["tgt"])
     if "input_ids" in batch:  # classification
         return task(batch["input_ids"]), batch["labels"]
+    if "pixels" in batch:  # image classification
+        return task(batch["pixels"]), batch["labels"]
     tokens = batch["tokens"]  # language modelling; a fixed corruption for masked LM
     generator = torch.Generator(device=tokens.device).manual_seed(0)
     inputs, labels = task.inputs_and_labels(tokens, generator)
@@ -74,10 +74,19 @@ def recorded_attention(model: nn.Module) -> Iterator[dict[str, AttentionMap]]:
     """Run ``model`` inside the block; on exit the dict holds an :class:`AttentionMap` per
     attention module, computed on the ``math`` path (``record_weights``)."""
     tokens: dict[str, Tensor] = {}  # each stack's input tokens
+
+    def record(name: str, args: tuple, kwargs: dict) -> None:
+        ids = args[0] if args else kwargs.get("tokens")
+        if ids is None:  # embeddings, not tokens (image patches): every position is real
+            embeds = kwargs["embeds"]
+            ids = torch.full(embeds.shape[:2], NUM_SPECIAL, device=embeds.device)
+        tokens[name] = ids
+
     handles = [
-        stack.register_forward_pre_hook(lambda _m, args, n=name: tokens.__setitem__(n, args[0]))
-        for name, stack in model.named_children()
-        if isinstance(stack, TransformerStack)
+        stack.register_forward_pre_hook(
+            lambda _m, args, kwargs, n=name: record(n, args, kwargs), with_kwargs=True
+        )
+        for name, stack in model.stacks().items()
     ]
     modules = attention_modules(model)
     for _, attn in modules:
@@ -171,6 +180,37 @@ def attention_figure(
     fig.suptitle(title)
     fig.supxlabel("key (attended to)", fontsize=8)
     fig.supylabel("query", fontsize=8)
+    return fig
+
+
+def patch_attention_figure(
+    m: AttentionMap, grid: tuple[int, int], pixels: Tensor | None = None, example: int = 0,
+    title: str = "",
+) -> Figure:  # fmt: skip
+    """A ViT's [CLS]-to-patch attention, one panel per head laid out on the patch grid
+    (Dosovitskiy et al. 2021, Fig. 6 shows the same for attention rollout), beside the image."""
+    from matplotlib.figure import Figure
+
+    rows, columns = grid
+    weights = m.weights[example][:, 0, 1 : 1 + rows * columns].float().cpu()  # (H, N)
+    heads = weights.size(0)
+    panels = heads + (pixels is not None)
+    fig = Figure(figsize=(2.2 * panels + 0.4, 2.6))
+    axes = fig.subplots(1, panels, squeeze=False)[0]
+    if pixels is not None:
+        image = pixels[example].float().cpu()
+        image = (image - image.min()) / (image.max() - image.min()).clamp(min=1e-8)
+        shown = image[0] if image.size(0) == 1 else image.permute(1, 2, 0)
+        axes[0].imshow(shown.numpy(), cmap="gray" if image.size(0) == 1 else None)
+        axes[0].set_title("input", fontsize=9)
+    for h in range(heads):
+        ax = axes[h + (pixels is not None)]
+        ax.imshow(weights[h].view(rows, columns).numpy(), cmap="viridis")
+        ax.set_title(f"head {h}: [CLS] → patches", fontsize=8)
+    for ax in axes:
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.suptitle(title, fontsize=9)
     return fig
 
 

@@ -44,6 +44,7 @@ from attnlab.callbacks.attention_maps import (
     entropy_metrics,
     figure_rgb,
     forward_with_labels,
+    patch_attention_figure,
     probe_attention,
     transformer_layers,
 )
@@ -231,10 +232,15 @@ class TrainingDiagnostics(L.Callback):
         out_dir = Path(self.output_dir or Path(trainer.default_root_dir) / "diagnostics")
         out_dir.mkdir(parents=True, exist_ok=True)
         tokenizer = getattr(getattr(trainer, "datamodule", None), "tokenizer", None)
+        grid = trainer.lightning_module.model.patch_grid()
         for name, m in maps.items():
             stack, index, *cross = name.split(".")
             label = f"{stack}-cross" if cross else stack
-            fig = attention_figure(m, 0, tokenizer, title=f"{label} layer {index}, step {step}")
+            title = f"{label} layer {index}, step {step}"
+            if grid is not None:  # a ViT with [CLS]: its attention over the patch grid
+                fig = patch_attention_figure(m, grid, (self.probe or {}).get("pixels"), title=title)
+            else:
+                fig = attention_figure(m, 0, tokenizer, title=title)
             path = out_dir / f"attention_step{step}_{label}_layer{index}.png"
             fig.savefig(path, dpi=80)
             key = f"diag/attention/{label}.{index}"

@@ -15,7 +15,6 @@ from attnlab.models.transformer import (
 )
 from attnlab.models.vit import VisionTransformer
 
-
 __all__ = [
     "ARCHITECTURES",
     "Architecture",

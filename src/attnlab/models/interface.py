@@ -180,6 +180,11 @@ class Architecture(nn.Module):
         """The Transformer stacks, input side first, for diagnostics ({} when there are none)."""
         return {}
 
+    def patch_grid(self) -> tuple[int, int] | None:
+        """(rows, columns) of image patches when position 0 is a [CLS] token and 1… the
+        patches in raster order (diagnostics draw [CLS]-to-patch attention); else None."""
+        return None
+
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 

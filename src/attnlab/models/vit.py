@@ -109,6 +109,9 @@ class VisionTransformer(Architecture):
     def stacks(self) -> dict[str, nn.Module]:
         return {"encoder": self.encoder}
 
+    def patch_grid(self) -> tuple[int, int] | None:
+        return (self.grid, self.grid) if self.use_cls else None
+
     @classmethod
     def flops(cls, cfg: ModelConfig, src_len: int, tgt_len: int) -> int:
         """The patch embedding and the encoder over ``tgt_len`` tokens (patches + [CLS])."""
