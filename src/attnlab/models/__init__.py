@@ -5,6 +5,7 @@ Importing this package registers every architecture in ``ARCHITECTURES``.
 
 from attnlab.models.config import ModelConfig
 from attnlab.models.interface import ARCHITECTURES, Architecture, DecodingState, Feeding
+from attnlab.models.recurrent import RecurrentModel
 from attnlab.models.stack import DecodingCache
 from attnlab.models.transformer import (
     DecoderOnly,
@@ -25,6 +26,7 @@ __all__ = [
     "EncoderOnly",
     "Feeding",
     "ModelConfig",
+    "RecurrentModel",
     "TransformerModel",
     "VisionTransformer",
     "build_model",
