@@ -128,19 +128,20 @@ class ModelConfig:
             value = getattr(self, key)
             if not 0.0 <= float(value) < 1.0:
                 raise ConfigError(f"model.{key}={value} must be in [0, 1)")
-        if self.d_model % self.n_heads:
-            raise ConfigError(
-                f"model.d_model={self.d_model} is not divisible by model.n_heads={self.n_heads}; "
-                "choose sizes with d_model % n_heads == 0"
-            )
-        d_head = self.d_model // self.n_heads
-        if self.pos == "rope" and d_head % 2:
-            raise ConfigError(
-                f"model.pos=rope needs an even head size, got d_model/n_heads={d_head}; "
-                "change model.d_model or model.n_heads"
-            )
-        if self.pos in ("sinusoidal", "sinusoidal_concat") and self.d_model % 2:
-            raise ConfigError(f"model.pos={self.pos} needs an even model.d_model")
+        if architecture.attention_heads:
+            if self.d_model % self.n_heads:
+                raise ConfigError(
+                    f"model.d_model={self.d_model} is not divisible by "
+                    f"model.n_heads={self.n_heads}; choose sizes with d_model % n_heads == 0"
+                )
+            d_head = self.d_model // self.n_heads
+            if self.pos == "rope" and d_head % 2:
+                raise ConfigError(
+                    f"model.pos=rope needs an even head size, got d_model/n_heads={d_head}; "
+                    "change model.d_model or model.n_heads"
+                )
+            if self.pos in ("sinusoidal", "sinusoidal_concat") and self.d_model % 2:
+                raise ConfigError(f"model.pos={self.pos} needs an even model.d_model")
         if self.prefix_lm and self.name != "decoder_only":
             raise ConfigError("model.prefix_lm=true applies to model=decoder_only only; remove it")
         architecture.check(self)

@@ -124,6 +124,7 @@ class Architecture(nn.Module):
 
     feeding: ClassVar[Feeding] = Feeding()
     takes_grid: ClassVar[bool] = False  # reads image patches: 2-D position schemes apply
+    attention_heads: ClassVar[bool] = True  # n_heads, pos and the head-size rules apply
 
     def __init__(self, cfg: ModelConfig, task: str = "lm") -> None:
         super().__init__()

@@ -195,6 +195,7 @@ class RecurrentModel(Architecture):
         classification="last",
         pools=("last", "attention", "mean"),
     )
+    attention_heads = False  # d_model need not divide into heads; positions are not used
 
     def __init__(self, cfg: ModelConfig, task: str = "seq2seq") -> None:
         super().__init__(cfg, task)
