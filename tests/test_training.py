@@ -60,10 +60,10 @@ def test_prefix_lm_classifier_sees_the_whole_input_bidirectionally() -> None:
     ids = torch.tensor([[7, 8, 9, 10, 0, 0], [11, 12, 13, 14, 15, 16]])  # right-padded
     lengths = (ids != 0).sum(1)
     with torch.no_grad():
-        pooled = task.pooled(ids)
+        pooled = task.model.pooled(ids)
         hidden = task.model.hidden(ids, prefix_len=lengths)
         causal = task.model.hidden(ids)
-        alone = task.pooled(ids[:1, :4])
+        alone = task.model.pooled(ids[:1, :4])
     torch.testing.assert_close(pooled, hidden[torch.arange(2), lengths - 1])
     assert not torch.allclose(pooled, causal[torch.arange(2), lengths - 1])
     torch.testing.assert_close(pooled[:1], alone, atol=1e-5, rtol=1e-5)  # padding never seen

@@ -10,6 +10,11 @@ names one. ``split=test`` (default) runs Lightning's test loop, ``split=val``
 its validation loop; metrics are printed and written to a new
 ``<run_dir>/eval/<timestamp>_<split>.json``. Only data, task and a plain
 Trainer are built (no loggers, no callbacks): nothing else in the run changes.
+
+``by_length=true`` (translation, test split) adds corpus BLEU per source-length
+bucket — 1–10, 11–15, 16–20, 21–25, 26+ words, or the upper edges given, e.g.
+``by_length=[10,20,30]`` — with the sentence count of each (Bahdanau et al. 2015,
+Fig. 2, plots BLEU against sentence length).
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from typing import Any
 from attnlab.cli.common import run_key_value_command
 from attnlab.errors import ConfigError
 
-OPTIONS = {"run_dir": None, "ckpt_path": None, "split": "test"}
+OPTIONS = {"run_dir": None, "ckpt_path": None, "split": "test", "by_length": "false"}
+DEFAULT_BUCKETS = [10, 15, 20, 25]  # source words: 1–10, 11–15, 16–20, 21–25, 26+
 SPLITS = ("val", "test")
 
 
@@ -61,9 +67,29 @@ def build_trainer(cfg: Any, overrides: list[tuple[str, Any]], split: str) -> Any
         ) from None
 
 
+def length_buckets(value: Any) -> list[int] | None:
+    """``by_length``: false/true or a list of increasing positive upper edges."""
+    text = str(value).strip().lower()
+    if text in ("false", "0", "no", "none", "null", ""):
+        return None
+    if text in ("true", "1", "yes"):
+        return DEFAULT_BUCKETS
+    try:
+        edges = [int(v) for v in text.strip("[]").split(",")]
+    except ValueError:
+        edges = []
+    if not edges or edges != sorted(set(edges)) or edges[0] < 1:
+        raise ConfigError(
+            f"by_length={value} is not valid; use by_length=true or increasing source lengths "
+            "in words, e.g. by_length=[10,20,30]"
+        )
+    return edges
+
+
 def evaluate(
-    cfg: Any, ckpt: Path, split: str, overrides: list[tuple[str, Any]]
-) -> dict[str, float]:
+    cfg: Any, ckpt: Path, split: str, overrides: list[tuple[str, Any]],
+    buckets: list[int] | None = None,
+) -> dict[str, float]:  # fmt: skip
     """Load the checkpoint into the run's task and run the ``split`` loop; return its metrics."""
     import lightning as L
 
@@ -78,6 +104,10 @@ def evaluate(
     task = pipeline.build_task(cfg, datamodule)
     saved = (checkpoint.get("hyper_parameters") or {}).get("model")
     load_weights(task, checkpoint["state_dict"], ckpt, saved, dict(task.hparams.model))
+    if buckets is not None:
+        if not getattr(task, "bleu_enabled", None) and not hasattr(datamodule, "references"):
+            raise ConfigError("by_length=… needs a translation run (BLEU); remove it")
+        task.length_buckets = buckets
     run = trainer.validate if split == "val" else trainer.test
     run(task, datamodule=datamodule, verbose=False)
     metrics = pipeline.scalar_metrics(trainer.callback_metrics)
@@ -108,6 +138,9 @@ def run(argv: list[str]) -> int:
     split = str(options["split"])
     if split not in SPLITS:
         raise ConfigError(f"split={split} is not valid; use split=val or split=test")
+    buckets = length_buckets(options["by_length"])
+    if buckets is not None and split != "test":
+        raise ConfigError("by_length=… reports test BLEU; use it with split=test (the default)")
     run_dir, ckpt = locate_run(options["run_dir"], options["ckpt_path"])
     cfg = load_run_config(run_dir, overrides)
     print(f"checkpoint: {ckpt}", flush=True)
@@ -115,7 +148,7 @@ def run(argv: list[str]) -> int:
     level = lightning_log.level
     lightning_log.setLevel(logging.WARNING)  # no device banners
     try:
-        metrics = evaluate(cfg, ckpt, split, overrides)
+        metrics = evaluate(cfg, ckpt, split, overrides, buckets)
     finally:
         lightning_log.setLevel(level)
     record = {

@@ -16,6 +16,10 @@ class TokenThroughput(L.Callback):
     device's peak FLOP/s is known (GPUs in the table of :mod:`attnlab.callbacks.mfu`;
     none is claimed for CPUs); keeps the run's average tokens per second.
 
+    Also logs ``perf/train_s``: the training time so far, global step × the mean
+    measured step time (validation excluded), so curves can be read against time
+    (for example the time a run takes to reach a BLEU).
+
     The first ``warmup_steps`` steps (allocation, compilation) are not counted.
     """
 
@@ -27,6 +31,7 @@ class TokenThroughput(L.Callback):
         self.tokens_per_sec: float | None = None
         self._tokens = 0
         self._seconds = 0.0
+        self._steps = 0
         self._window_tokens = 0
         self._window_seconds = 0.0
         self._start: float | None = None
@@ -50,12 +55,14 @@ class TokenThroughput(L.Callback):
         tokens = pl_module.tokens_in_batch(batch) * trainer.world_size
         self._tokens += tokens
         self._seconds += elapsed
+        self._steps += 1
         self._window_tokens += tokens
         self._window_seconds += elapsed
         if self.peak:
             self._window_flops += pl_module.flops_in_batch(batch)
         if trainer.global_step % max(1, trainer.log_every_n_steps) == 0 and self._window_seconds:
             pl_module.log("perf/tokens_per_sec", self._window_tokens / self._window_seconds)
+            pl_module.log("perf/train_s", trainer.global_step * self._seconds / self._steps)
             if self.peak:  # per device: each rank's FLOPs over its own peak
                 pl_module.log("perf/mfu", self._window_flops / self._window_seconds / self.peak)
             self._window_tokens, self._window_seconds, self._window_flops = 0, 0.0, 0.0

@@ -74,6 +74,28 @@ def left_pad_prompts(src: Tensor) -> Tensor:
     return prompt.gather(1, order)
 
 
+def bucket_name(low: int, high: int | None) -> str:
+    return f"len_{low:02d}-{high:02d}" if high is not None else f"len_{low:02d}+"
+
+
+def bleu_by_length(examples: list[tuple[int, str, str]], edges: list[int]) -> dict[str, float]:
+    """Corpus sacreBLEU per source-length bucket (Bahdanau et al. 2015, Fig. 2: BLEU against
+    sentence length): ``edges`` are the buckets' upper ends in source words, the last bucket
+    is open. Returns ``bleu_len_<lo>-<hi>`` and the sentence count ``n_len_<lo>-<hi>``."""
+    from sacrebleu.metrics import BLEU
+
+    bounds = [(1 if i == 0 else edges[i - 1] + 1, edge) for i, edge in enumerate(edges)]
+    out: dict[str, float] = {}
+    for low, high in [*bounds, (edges[-1] + 1, None)]:
+        chosen = [(h, r) for n, h, r in examples if n >= low and (high is None or n <= high)]
+        name = bucket_name(low, high)
+        out[f"n_{name}"] = float(len(chosen))
+        if chosen:
+            hyps, refs = zip(*chosen, strict=True)
+            out[f"bleu_{name}"] = BLEU().corpus_score(list(hyps), [list(refs)]).score
+    return out
+
+
 class Seq2SeqTask(Task):
     """Teacher-forced training; greedy/beam free-running decoding for exact match and BLEU."""
 
@@ -85,6 +107,9 @@ class Seq2SeqTask(Task):
         bleu = self.task_cfg.bleu  # None: on when the data module has references
         self.bleu_enabled: bool | None = None if bleu is None else bool(bleu)
         self.decode_every = self.task_cfg.decode_every_n_epochs
+        # attnlab-eval by_length=…: upper edges of source-length buckets (words), for test BLEU
+        self.length_buckets: list[int] | None = None
+        self._by_length: list[tuple[int, str, str]] = []
         for stage in ("val", "test"):
             setattr(self, f"{stage}_loss", MeanMetric())
             accuracy = MulticlassAccuracy(vocab, average="micro", ignore_index=IGNORE)
@@ -147,6 +172,9 @@ class Seq2SeqTask(Task):
             hyps = [decode(row) for row in pred.tolist()]
             refs = batch.get("tgt_text") or [decode(row) for row in tgt.tolist()]
             getattr(self, f"{stage}_bleu").update(hyps, [[r] for r in refs])
+            if stage == "test" and self.length_buckets:
+                lengths = [len(decode(row).split()) for row in src.tolist()]
+                self._by_length += zip(lengths, hyps, refs, strict=True)
 
     def _log_bleu(self, stage: str) -> None:
         """sacreBLEU on detokenised text, reported on the usual 0–100 scale."""
@@ -160,6 +188,10 @@ class Seq2SeqTask(Task):
 
     def on_test_epoch_end(self) -> None:
         self._log_bleu("test")
+        if self.length_buckets and self._by_length:
+            for name, value in bleu_by_length(self._by_length, self.length_buckets).items():
+                self.log(f"test/{name}", value, sync_dist=False)
+            self._by_length = []
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self._evaluate(batch, "val")
