@@ -62,8 +62,17 @@ class TaskConfig:
     mlm_probability: float = 0.15  # masked LM (Devlin et al. 2019, §3.1)
     bleu: bool | None = None  # None: on for translation data
     decode_every_n_epochs: int = 1  # free-running decoding for val/exact_match (and BLEU)
+    # test BLEU per source-length bucket: upper edges in source words, e.g. [10, 15, 20, 25]
+    bleu_by_length: list[int] | None = None
 
     def __post_init__(self) -> None:
+        edges = self.bleu_by_length
+        if edges is not None:
+            edges = list(edges)
+            self.bleu_by_length = edges
+        _require(edges is None or (bool(edges) and edges == sorted(set(edges)) and edges[0] >= 1),
+                 "task.bleu_by_length", edges, "increasing source lengths in words, e.g. "
+                 "[10,15,20,25] (or null)")  # fmt: skip
         _require(0 <= self.label_smoothing < 1, "task.label_smoothing", self.label_smoothing,
                  "in [0, 1) (0.1 in the paper)")  # fmt: skip
         _require(0 < self.mlm_probability < 1, "task.mlm_probability", self.mlm_probability,

@@ -107,8 +107,8 @@ class Seq2SeqTask(Task):
         bleu = self.task_cfg.bleu  # None: on when the data module has references
         self.bleu_enabled: bool | None = None if bleu is None else bool(bleu)
         self.decode_every = self.task_cfg.decode_every_n_epochs
-        # attnlab-eval by_length=…: upper edges of source-length buckets (words), for test BLEU
-        self.length_buckets: list[int] | None = None
+        # task.bleu_by_length or attnlab-eval by_length=…: source-length buckets for test BLEU
+        self.length_buckets: list[int] | None = self.task_cfg.bleu_by_length
         self._by_length: list[tuple[int, str, str]] = []
         for stage in ("val", "test"):
             setattr(self, f"{stage}_loss", MeanMetric())
