@@ -31,15 +31,24 @@ def fenced(kind: str) -> str:
     return match.group(1)
 
 
-@pytest.fixture
-def dan_registered(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def add_documented_architecture(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The README's class registered (the registry is restored after the test) and its YAML
+    in a copy of ``conf/`` that the tests' and the command line's composition read."""
+    import attnlab.cli.compose
+
     items = {k: v for k, v in ARCHITECTURES._items.items() if k != "dan"}
-    monkeypatch.setattr(ARCHITECTURES, "_items", items)  # restored after the test
+    monkeypatch.setattr(ARCHITECTURES, "_items", items)
     exec(compile(fenced("python"), str(DOC), "exec"), {"__name__": "attnlab.models.dan"})
     conf = tmp_path / "conf"
     shutil.copytree(config_dir(), conf)
     (conf / "model" / "dan.yaml").write_text(fenced("yaml"), encoding="utf-8")
     monkeypatch.setattr(composed_runs, "config_dir", lambda: conf)
+    monkeypatch.setattr(attnlab.cli.compose, "config_dir", lambda: conf)
+
+
+@pytest.fixture
+def dan_registered(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    add_documented_architecture(monkeypatch, tmp_path)
 
 
 def test_the_documented_dan_averages_embeddings(dan_registered: None) -> None:

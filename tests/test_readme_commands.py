@@ -41,6 +41,7 @@ from attnlab.cli.compose import check_values, validate_overrides
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 VARIANT_SECTION = "Add your own variant"
+ARCHITECTURE_SECTION = "Add your own architecture"
 ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 
 
@@ -163,6 +164,10 @@ def test_readme_train_command_composes(
         monkeypatch.setenv(name, value)
     if command.section == VARIANT_SECTION:
         request.getfixturevalue("readme_variant_added")
+    if command.section == ARCHITECTURE_SECTION:
+        from test_add_architecture_example import add_documented_architecture
+
+        add_documented_architecture(monkeypatch, request.getfixturevalue("tmp_path"))
     if command.expected_error is None:
         compose_command(command)
         return
