@@ -39,6 +39,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {
         "decoder_only": train_run(root, "decoder_only", ["model=decoder_only", *SMALL_REVERSE]),
         "encoder_decoder": train_run(root, "encoder_decoder", SMALL_REVERSE),
+        "rnn": train_run(root, "rnn", ["model=rnn", *SMALL_REVERSE]),
+        "rnn_lm": train_run(root, "rnn_lm", [
+            "model=rnn", "data=text", f"data.path={text}", "data.block_size=16",
+            "data.eval_blocks=4", "data.samples_per_epoch=16", f"data.cache_dir={root / 'cache'}",
+        ]),  # fmt: skip
         "lm": train_run(
             root,
             "lm",
@@ -102,7 +107,7 @@ def test_generate_prints_one_line_per_output(
 ) -> None:
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("1 2 3\n\n4 5 6 7\n")
-    for name in ("decoder_only", "encoder_decoder"):
+    for name in ("decoder_only", "encoder_decoder", "rnn"):
         args = [f"run_dir={runs[name]}", f"prompt_file={prompts}", "decode.strategy=sample",
                 "num_samples=3", "max_new_tokens=6", "seed=1"]  # fmt: skip
         assert attnlab_generate.main(args) == 0
@@ -115,19 +120,22 @@ def test_generate_prints_one_line_per_output(
 def test_generate_with_beam_search_gives_one_line_per_prompt(
     runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    ckpt = runs["encoder_decoder"] / "checkpoints" / "last.ckpt"
-    args = [f"ckpt_path={ckpt}", "prompt=1 2 3 4", "decode.strategy=beam", "decode.beam_size=3"]
-    assert attnlab_generate.main(args) == 0
-    assert len(capsys.readouterr().out.split("\n")[:-1]) == 1
+    for name in ("encoder_decoder", "rnn"):  # the recurrent state is the rnn's beam cache
+        ckpt = runs[name] / "checkpoints" / "last.ckpt"
+        args = [f"ckpt_path={ckpt}", "prompt=1 2 3 4", "decode.strategy=beam",
+                "decode.beam_size=3"]  # fmt: skip
+        assert attnlab_generate.main(args) == 0
+        assert len(capsys.readouterr().out.split("\n")[:-1]) == 1
 
 
 def test_a_language_model_continues_its_prompt(
     runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = [f"run_dir={runs['lm']}", "prompt=the quick", "max_new_tokens=12"]
-    assert attnlab_generate.main(args) == 0
-    (line,) = capsys.readouterr().out.split("\n")[:-1]
-    assert line.startswith("the quick") and len(line) > len("the quick")
+    for name in ("lm", "rnn_lm"):
+        args = [f"run_dir={runs[name]}", "prompt=the quick", "max_new_tokens=12"]
+        assert attnlab_generate.main(args) == 0
+        (line,) = capsys.readouterr().out.split("\n")[:-1]
+        assert line.startswith("the quick") and len(line) > len("the quick")
 
 
 def test_eval_of_a_corrupt_checkpoint_is_one_error_line(
