@@ -40,10 +40,19 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "decoder_only": train_run(root, "decoder_only", ["model=decoder_only", *SMALL_REVERSE]),
         "encoder_decoder": train_run(root, "encoder_decoder", SMALL_REVERSE),
         "rnn": train_run(root, "rnn", ["model=rnn", *SMALL_REVERSE]),
-        "rnn_lm": train_run(root, "rnn_lm", [
-            "model=rnn", "data=text", f"data.path={text}", "data.block_size=16",
-            "data.eval_blocks=4", "data.samples_per_epoch=16", f"data.cache_dir={root / 'cache'}",
-        ]),  # fmt: skip
+        "rnn_lm": train_run(
+            root,
+            "rnn_lm",
+            [
+                "model=rnn",
+                "data=text",
+                f"data.path={text}",
+                "data.block_size=16",
+                "data.eval_blocks=4",
+                "data.samples_per_epoch=16",
+                f"data.cache_dir={root / 'cache'}",
+            ],
+        ),  # fmt: skip
         "lm": train_run(
             root,
             "lm",

@@ -13,6 +13,7 @@ from attnlab.nn.positions import POSITIONS
 
 INITS = ("paper", "xavier", "gpt2")
 TIE_OPTIONS = {True: "all", False: "none", "all": "all", "none": "none", "output": "output"}
+BLOCKS = ("sequential", "parallel")
 CELLS = ("lstm", "gru", "rnn")  # model=rnn: torch.nn.LSTM / GRU / RNN (tanh)
 RNN_ATTENTIONS = ("bahdanau", "luong_dot", "luong_general", "none")
 
@@ -47,6 +48,9 @@ class ModelConfig:
     pad_id: int = 0
     compile: bool = False
     activation_checkpointing: bool = False
+    n_kv_heads: int | None = None  # grouped-query attention; 1: multi-query; None: n_heads
+    qk_norm: bool = False  # normalise queries and keys per head (Dehghani et al. 2023)
+    block: str = "sequential"  # sequential | parallel (GPT-J / PaLM: attention ∥ FFN)
     pool: str | None = None  # classification pooling; None: the architecture's default
     # model=vit: filled in from the image data module (data.image_size, channels, patch_size)
     image_size: int = 0
@@ -105,6 +109,7 @@ class ModelConfig:
         FEEDFORWARDS.get(self.ffn)
         one_of("attn_impl", self.attn_impl, ATTN_IMPLS)
         one_of("init", self.init, INITS)
+        one_of("block", self.block, BLOCKS)
         one_of("cell", self.cell, CELLS)
         one_of("rnn_attention", self.rnn_attention, RNN_ATTENTIONS)
         if self.tie_embeddings not in TIE_OPTIONS:
@@ -142,6 +147,25 @@ class ModelConfig:
                 )
             if self.pos in ("sinusoidal", "sinusoidal_concat") and self.d_model % 2:
                 raise ConfigError(f"model.pos={self.pos} needs an even model.d_model")
+        if self.n_kv_heads is not None and (
+            not isinstance(self.n_kv_heads, int) or self.n_kv_heads <= 0
+            or self.n_heads % self.n_kv_heads
+        ):  # fmt: skip
+            raise ConfigError(
+                f"model.n_kv_heads={self.n_kv_heads} must divide model.n_heads={self.n_heads} "
+                "(1: multi-query attention; null: one K/V head per query head)"
+            )
+        if self.block == "parallel" and self.norm != "pre":
+            raise ConfigError(
+                f"model.block=parallel shares one Pre-LN norm between attention and the FFN "
+                f"(GPT-J, PaLM); it cannot be combined with model.norm={self.norm}: use "
+                "model.norm=pre or model.block=sequential"
+            )
+        if self.block == "parallel" and self.name == "encoder_decoder":
+            raise ConfigError(
+                "model.block=parallel has no place for cross-attention; use it with "
+                "model=decoder_only, encoder_only or vit, or model.block=sequential"
+            )
         if self.prefix_lm and self.name != "decoder_only":
             raise ConfigError("model.prefix_lm=true applies to model=decoder_only only; remove it")
         architecture.check(self)

@@ -21,11 +21,12 @@ def initialize(model: nn.Module, scheme: str, d_model: int, n_layers: int) -> No
     * ``gpt2``:   N(0, 0.02) everywhere, residual output projections (W_O and
       the FFN's second map) N(0, 0.02/√(2·n_layers)) (Radford et al. 2019).
     """
-    residual_outputs, stacked = set(), set()
+    residual_outputs: set = set()
+    stacked: dict = {}
     for module in model.modules():
         if isinstance(module, MultiHeadAttention):
             residual_outputs.add(module.out_proj.weight)
-            stacked.add(module.in_proj.weight)
+            stacked[module.in_proj.weight] = module.split_sizes
         if isinstance(module, FeedForward | SwiGLU):
             residual_outputs.add(module.linear2.weight)
     position_tables = {
@@ -42,8 +43,8 @@ def initialize(model: nn.Module, scheme: str, d_model: int, n_layers: int) -> No
             nn.init.normal_(param, std=std)
         elif scheme == "paper" and "weight_table" in name:
             nn.init.normal_(param, std=d_model**-0.5)
-        elif param in stacked:  # W_Q, W_K, W_V: each its own d_model × d_model matrix
-            for part in param.chunk(3):
+        elif param in stacked:  # W_Q, W_K, W_V: each its own matrix
+            for part in param.split(stacked[param]):
                 nn.init.xavier_uniform_(part)
         else:
             nn.init.xavier_uniform_(param)

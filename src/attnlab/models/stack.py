@@ -15,7 +15,7 @@ from torch.utils.checkpoint import checkpoint
 from attnlab.models.config import ModelConfig
 from attnlab.nn.attention import AttentionInputs
 from attnlab.nn.dropout import Dropout
-from attnlab.nn.layers import DecoderLayer, EncoderLayer, LayerSpec
+from attnlab.nn.layers import DecoderLayer, EncoderLayer, LayerSpec, ParallelLayer
 from attnlab.nn.norms import RESIDUALS, StackDepth, make_norm
 from attnlab.nn.positions import POSITIONS, Positions
 
@@ -150,11 +150,16 @@ class TransformerStack(nn.Module):
         spec = LayerSpec(
             d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.ff_dim, dropout=cfg.dropout,
             attn_dropout=cfg.attn_dropout, norm=cfg.norm, norm_type=cfg.norm_type, ffn=cfg.ffn,
-            attn_impl=cfg.attn_impl, depth=depth or StackDepth(),
+            attn_impl=cfg.attn_impl, depth=depth or StackDepth(), n_kv_heads=cfg.n_kv_heads,
+            qk_norm=cfg.qk_norm, block=cfg.block,
         )  # fmt: skip
-        self.layers = nn.ModuleList(
-            DecoderLayer(spec, cross) if causal else EncoderLayer(spec) for _ in range(n_layers)
-        )
+
+        def layer() -> nn.Module:
+            if cfg.block == "parallel":
+                return ParallelLayer(spec)
+            return DecoderLayer(spec, cross) if causal else EncoderLayer(spec)
+
+        self.layers = nn.ModuleList(layer() for _ in range(n_layers))
         self.final_norm = (
             make_norm(cfg.norm_type, cfg.d_model)
             if RESIDUALS.get(cfg.norm).final_norm

@@ -91,8 +91,8 @@ class AttentionInputs:
 class ProjectionRows:
     """W_Q, W_K or W_V as rows of the stacked input projection (views, no copies)."""
 
-    def __init__(self, stacked: nn.Linear, index: int, d_model: int) -> None:
-        self.stacked, self.rows = stacked, slice(index * d_model, (index + 1) * d_model)
+    def __init__(self, stacked: nn.Linear, rows: slice) -> None:
+        self.stacked, self.rows = stacked, rows
 
     @property
     def weight(self) -> Tensor:
@@ -135,35 +135,60 @@ class MultiHeadAttention(nn.Module):
     layer) holds keys/values of earlier steps for incremental decoding, and the
     projected encoder K/V so they are computed once per sequence.
 
-    W_Q, W_K and W_V are stored stacked in one (3·d_model, d_model) matrix, as in
-    GPT-2 and ``nn.MultiheadAttention``, so self-attention projects with one matrix
-    product; ``q_proj``, ``k_proj``, ``v_proj`` give each as a view.
+    W_Q, W_K and W_V are stored stacked in one matrix, as in GPT-2 and
+    ``nn.MultiheadAttention``, so self-attention projects with one matrix product;
+    ``q_proj``, ``k_proj``, ``v_proj`` give each as a view.
+
+    ``n_kv_heads`` < ``n_heads`` shares each key/value head among a group of
+    n_heads / n_kv_heads query heads: grouped-query attention (Ainslie et al. 2023),
+    multi-query attention at 1 (Shazeer 2019). W_K and W_V then have
+    n_kv_heads · d_head rows, and the decoding cache keeps only those heads.
+    ``qk_norm`` normalises every head's queries and keys (over d_head, with
+    ``norm_type``) before the scores, so the logits cannot grow without bound
+    (Dehghani et al. 2023, §3.1.1; OLMo 2).
     """
 
     def __init__(
-        self, d_model: int, n_heads: int, dropout: float = 0.0, impl: str = "sdpa"
-    ) -> None:
+        self, d_model: int, n_heads: int, dropout: float = 0.0, impl: str = "sdpa",
+        n_kv_heads: int | None = None, qk_norm: bool = False, norm_type: str = "layernorm",
+    ) -> None:  # fmt: skip
         super().__init__()
         assert d_model % n_heads == 0, "d_model must be divisible by n_heads"
         self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
+        self.n_kv_heads = n_kv_heads or n_heads
+        assert n_heads % self.n_kv_heads == 0, "n_heads must be a multiple of n_kv_heads"
+        self.d_kv = self.n_kv_heads * self.d_head
         self.impl = impl
-        self.in_proj = nn.Linear(d_model, 3 * d_model)  # [W_Q; W_K; W_V]
+        self.in_proj = nn.Linear(d_model, d_model + 2 * self.d_kv)  # [W_Q; W_K; W_V]
         self.out_proj = nn.Linear(d_model, d_model)  # W_O
         self.dropout = dropout
+        self.q_norm = self.k_norm = None
+        if qk_norm:
+            from attnlab.nn.norms import make_norm
+
+            self.q_norm, self.k_norm = (
+                make_norm(norm_type, self.d_head),
+                make_norm(norm_type, self.d_head),
+            )
         self.last_weights: Tensor | None = None  # filled when record_weights is set
         self.record_weights = False
 
     @property
+    def split_sizes(self) -> tuple[int, int, int]:
+        """Rows of W_Q, W_K, W_V in the stacked projection."""
+        return self.d_model, self.d_kv, self.d_kv
+
+    @property
     def q_proj(self) -> ProjectionRows:
-        return ProjectionRows(self.in_proj, 0, self.d_model)
+        return ProjectionRows(self.in_proj, slice(0, self.d_model))
 
     @property
     def k_proj(self) -> ProjectionRows:
-        return ProjectionRows(self.in_proj, 1, self.d_model)
+        return ProjectionRows(self.in_proj, slice(self.d_model, self.d_model + self.d_kv))
 
     @property
     def v_proj(self) -> ProjectionRows:
-        return ProjectionRows(self.in_proj, 2, self.d_model)
+        return ProjectionRows(self.in_proj, slice(self.d_model + self.d_kv, None))
 
     def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: object) -> None:
         # checkpoints written before W_Q, W_K, W_V were stacked
@@ -174,8 +199,8 @@ class MultiHeadAttention(nn.Module):
         super()._load_from_state_dict(state_dict, prefix, *args)  # type: ignore[arg-type]
 
     def _heads(self, x: Tensor) -> Tensor:
-        B, T, _ = x.shape
-        return x.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, d_head)
+        B, T, width = x.shape
+        return x.view(B, T, width // self.d_head, self.d_head).transpose(1, 2)  # (B, H, T, d_h)
 
     def forward(
         self,
@@ -186,20 +211,29 @@ class MultiHeadAttention(nn.Module):
     ) -> Tensor:
         d, weight, bias = self.d_model, self.in_proj.weight, self.in_proj.bias
         if memory is None:  # self-attention: Q, K, V in one matrix product
-            q, k, v = (self._heads(t) for t in self.in_proj(x).split(d, dim=-1))
+            q, k, v = (self._heads(t) for t in self.in_proj(x).split(self.split_sizes, dim=-1))
+            if self.q_norm is not None:
+                q, k = self.q_norm(q), self.k_norm(k)  # type: ignore[misc]
             if inputs.rope is not None:
                 q, k = apply_rotary(q, *inputs.rope), apply_rotary(k, *inputs.rope)
             if cache is not None:
                 k, v = append_to_cache(cache, k, v)
         else:  # cross-attention: K, V from the encoder output
             q = self._heads(F.linear(x, weight[:d], bias[:d]))
+            if self.q_norm is not None:
+                q = self.q_norm(q)
             if cache is not None and "cross_k" in cache:
                 k, v = cache["cross_k"], cache["cross_v"]
             else:
-                kv = F.linear(memory, weight[d:], bias[d:]).split(d, dim=-1)
+                kv = F.linear(memory, weight[d:], bias[d:]).split(self.d_kv, dim=-1)
                 k, v = (self._heads(t) for t in kv)
+                if self.k_norm is not None:
+                    k = self.k_norm(k)
                 if cache is not None:
                     cache["cross_k"], cache["cross_v"] = k, v
+        if self.n_kv_heads != self.n_heads:  # each K/V head serves a group of query heads
+            group = self.n_heads // self.n_kv_heads
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         dropout_p = self.dropout if self.training else 0.0
         if self.impl == "math" or self.record_weights:
             out, weights = math_attention(

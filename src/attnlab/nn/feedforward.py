@@ -1,7 +1,8 @@
 """Position-wise feed-forward networks (``model.ffn``).
 
 FFN(x) = max(0, xW₁ + b₁)W₂ + b₂                     Vaswani et al. 2017, eq. 2
-GELU variant: GELU(xW₁ + b₁)W₂ + b₂                 BERT, GPT-2
+GELU variant: GELU(xW₁ + b₁)W₂ + b₂                 Hendrycks & Gimpel 2016 (exact, erf)
+gelu_tanh:    the same with GELU's tanh approximation, as BERT and GPT-2 compute it
 SwiGLU(x) = (Swish(xW₁) ⊙ xV)W₂                     Shazeer 2020
 """
 
@@ -44,6 +45,18 @@ class GELUFeedForward(FeedForward):
     """FFN with the Gaussian error linear unit (Hendrycks & Gimpel 2016)."""
 
     activation = staticmethod(F.gelu)
+
+
+def gelu_tanh(x: Tensor) -> Tensor:
+    """0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))  (Hendrycks & Gimpel 2016, §2)."""
+    return F.gelu(x, approximate="tanh")
+
+
+@FEEDFORWARDS.register("gelu_tanh")
+class GELUTanhFeedForward(FeedForward):
+    """FFN with GELU's tanh approximation, GPT-2's and BERT's ``gelu`` (``ffn=gelu`` is exact)."""
+
+    activation = staticmethod(gelu_tanh)
 
 
 @FEEDFORWARDS.register("swiglu")

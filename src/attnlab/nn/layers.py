@@ -5,6 +5,11 @@
 
 where R is the residual wrapper chosen by ``model.norm`` (Post-LN, Pre-LN, …).
 A decoder layer without ``cross_attention`` is the GPT block of a decoder-only model.
+
+``model.block=parallel`` computes both sublayers from the same normalised input and
+adds them together (GPT-J, Wang & Komatsuzaki 2021; PaLM, Chowdhery et al. 2022, §2):
+
+    parallel layer:  x ← x + Dropout(SelfAttn(LN(x))) + Dropout(FFN(LN(x)))
 """
 
 from __future__ import annotations
@@ -32,12 +37,18 @@ class LayerSpec:
     ffn: str = "relu"
     attn_impl: str = "sdpa"
     depth: StackDepth = StackDepth()  # which stack, how deep the model is (DeepNorm's α)
+    n_kv_heads: int | None = None  # grouped-query attention; None: n_heads
+    qk_norm: bool = False
+    block: str = "sequential"  # sequential | parallel (GPT-J, PaLM)
 
     def residual(self) -> nn.Module:
         return RESIDUALS.get(self.norm)(self.d_model, self.norm_type, self.dropout, self.depth)
 
     def attention(self) -> MultiHeadAttention:
-        return MultiHeadAttention(self.d_model, self.n_heads, self.attn_dropout, self.attn_impl)
+        return MultiHeadAttention(
+            self.d_model, self.n_heads, self.attn_dropout, self.attn_impl,
+            n_kv_heads=self.n_kv_heads, qk_norm=self.qk_norm, norm_type=self.norm_type,
+        )  # fmt: skip
 
     def feedforward(self) -> nn.Module:
         return FEEDFORWARDS.get(self.ffn)(self.d_model, self.d_ff, self.dropout)
@@ -82,3 +93,30 @@ class DecoderLayer(nn.Module):
                 x, lambda h: self.cross_attn(h, memory_inputs, memory=memory, cache=cache)
             )
         return self.ffn_residual(x, self.ffn)
+
+
+class ParallelLayer(nn.Module):
+    """x + Dropout(Attn(LN(x))) + Dropout(FFN(LN(x))): one shared norm, the two sublayers side
+    by side (GPT-J; PaLM §2, "Parallel Layers"), so their input projections can be fused. An
+    encoder or a decoder-only layer; it takes the arguments of either."""
+
+    def __init__(self, spec: LayerSpec) -> None:
+        super().__init__()
+        from attnlab.nn.dropout import Dropout
+        from attnlab.nn.norms import make_norm
+
+        self.norm = make_norm(spec.norm_type, spec.d_model)
+        self.self_attn, self.ffn = spec.attention(), spec.feedforward()
+        self.dropout = Dropout(spec.dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        inputs: AttentionInputs,
+        memory: Tensor | None = None,
+        memory_inputs: AttentionInputs | None = None,
+        cache: dict[str, Tensor] | None = None,
+    ) -> Tensor:
+        h = self.norm(x)
+        attended = self.self_attn(h, inputs, cache=cache)
+        return x + self.dropout(attended) + self.dropout(self.ffn(h))
