@@ -7,6 +7,7 @@ connect them; everything shared lives here.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 from torch import Tensor, nn
@@ -214,14 +215,17 @@ class TransformerStack(nn.Module):
         bias = self.positions.bias(positions, k_positions)
         # pure causal self-attention over a fresh sequence: let the fused kernel
         # apply causality itself (flash / memory-efficient path, no (T, T) mask)
-        fast_causal = (
-            self.causal and offset == 0 and k_real is None and prefix_len is None and bias is None
-        )
+        content = self.positions.content_dependent
+        fast_causal = self.causal and offset == 0 and k_real is None and prefix_len is None
+        fast_causal = fast_causal and bias is None and not content
         inputs = AttentionInputs(
             mask=None if fast_causal else mask,
             bias=bias,
             rope=self.positions.rotary(positions),
             is_causal=fast_causal,
+            scores=partial(self.positions.scores, q_pos=positions, k_pos=k_positions)
+            if content
+            else None,
         )
 
         memory_inputs = None

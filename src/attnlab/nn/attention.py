@@ -13,6 +13,7 @@ or rotate queries and keys (RoPE).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -86,6 +87,8 @@ class AttentionInputs:
     bias: Tensor | None = None  # additive position bias, (B|1, H, Tq, Tk)
     rope: tuple[Tensor, Tensor] | None = None  # (cos, sin) for the new positions
     is_causal: bool = False  # pure causal, no padding: the fused kernel's fast path
+    # a score term from the layer's own q and k (Transformer-XL): (q, k) -> (B, H, Tq, Tk)
+    scores: Callable[[Tensor, Tensor], Tensor] | None = None
 
 
 class ProjectionRows:
@@ -235,14 +238,16 @@ class MultiHeadAttention(nn.Module):
             group = self.n_heads // self.n_kv_heads
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         dropout_p = self.dropout if self.training else 0.0
+        bias = inputs.bias
+        if inputs.scores is not None and memory is None:
+            term = inputs.scores(q, k)
+            bias = term if bias is None else bias + term
         if self.impl == "math" or self.record_weights:
-            out, weights = math_attention(
-                q, k, v, inputs.mask, inputs.bias, dropout_p, inputs.is_causal
-            )
+            out, weights = math_attention(q, k, v, inputs.mask, bias, dropout_p, inputs.is_causal)
             if self.record_weights:
                 self.last_weights = weights.detach()
         else:
-            out = fused_attention(q, k, v, inputs.mask, inputs.bias, dropout_p, inputs.is_causal)
+            out = fused_attention(q, k, v, inputs.mask, bias, dropout_p, inputs.is_causal)
         B, H, T, Dh = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(B, T, H * Dh))
 

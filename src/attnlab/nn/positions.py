@@ -4,7 +4,9 @@ A scheme may act in three places, and implements only the hooks it needs:
 
 * ``embed(x, pos)``        adds an absolute encoding to the token embeddings;
 * ``rotary(pos)``          returns (cos, sin) to rotate queries and keys (RoPE);
-* ``bias(q_pos, k_pos)``   returns an additive attention bias (ALiBi, T5).
+* ``bias(q_pos, k_pos)``   returns an additive attention bias (ALiBi, T5);
+* ``scores(q, k, q_pos, k_pos)``  an additive score term that depends on the queries
+                           and keys themselves (Transformer-XL), per layer.
 
 ``pos`` holds integer positions, shape (T,) or (B, T): explicit positions let
 left-padded batches and cached decoding place every token correctly.
@@ -49,6 +51,13 @@ class Positions(nn.Module):
     def check(self, pos: Tensor, last: int | None = None) -> None:
         """Raise ValueError for positions this scheme cannot encode. ``last``: the largest
         position when the caller knows it, so the tensor need not be read (no host sync)."""
+
+    content_dependent = False  # implements ``scores``
+
+    def scores(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+        """Additive term for the scaled scores QKᵀ/√d_head, from q (B, H, Tq, d_head),
+        k (B, H, Tk, d_head) and their positions; (B, H, Tq, Tk) or None."""
+        return None
 
 
 POSITIONS.register("none")(Positions)
@@ -258,6 +267,50 @@ class T5RelativePositions(Positions):
         if values.dim() == 3:
             values = values.unsqueeze(0)
         return values.permute(0, 3, 1, 2)  # (B|1, H, Tq, Tk)
+
+
+@POSITIONS.register("xl_relative")
+class XLRelativePositions(Positions):
+    """Transformer-XL's relative positional attention (Dai et al. 2019, §3.3):
+
+        A_ij = q_iᵀk_j  (a)  +  q_iᵀ W_R R_{i−j}  (b)  +  uᵀk_j  (c)  +  vᵀ W_R R_{i−j}  (d)
+
+    R_{i−j}: the sinusoid of §3.5 at the relative distance i − j (not learned); u, v:
+    learned content and position biases per head; W_R: the projection of R into keys.
+    Term (a) is the attention's own QKᵀ; this scheme adds (b) + (c) + (d), scaled by
+    1/√d_head like (a). Distances are taken between the tokens' positions, so cached
+    decoding and left-padded prompts see the same distances as a full pass. Here u, v and
+    W_R are shared by the stack's layers (the paper's W_{k,R} is per layer; its u, v are
+    shared, as in the reference code's default).
+    """
+
+    content_dependent = True
+
+    def __init__(self, d_model: int, n_heads: int, max_len: int, causal: bool) -> None:
+        super().__init__(d_model, n_heads, max_len, causal)
+        d_head = d_model // n_heads
+        self.r_proj = nn.Linear(d_model, d_model, bias=False)  # W_{k,R}
+        self.u = nn.Parameter(torch.zeros(n_heads, d_head))  # content bias
+        self.v = nn.Parameter(torch.zeros(n_heads, d_head))  # position bias
+
+    def encoding(self, distance: Tensor) -> Tensor:
+        angles = _angles(distance, self.d_model)
+        return torch.cat((angles.sin(), angles.cos()), dim=-1)  # R, as in the reference code
+
+    def scores(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        B, H, Tq, d_head = q.shape
+        q_pos = q_pos if q_pos.dim() == 2 else q_pos.unsqueeze(0)  # (B|1, Tq)
+        k_pos = k_pos if k_pos.dim() == 2 else k_pos.unsqueeze(0)
+        distance = q_pos.unsqueeze(-1) - k_pos.unsqueeze(-2)  # i − j, (B|1, Tq, Tk)
+        low, high = int(distance.min()), int(distance.max())
+        offsets = torch.arange(low, high + 1, device=q.device)
+        rel = self.r_proj(self.encoding(offsets).to(q.dtype))  # W_R R for each distance
+        rel = rel.view(-1, H, d_head).transpose(0, 1)  # (H, n_distances, d_head)
+        position = (q + self.v[:, None].to(q.dtype)) @ rel.transpose(-2, -1)  # (b) + (d)
+        index = (distance - low).unsqueeze(1).expand(B, H, Tq, -1)  # (B, H, Tq, Tk)
+        position = position.expand(B, -1, -1, -1).gather(-1, index)
+        content = (self.u[None, :, None].to(q.dtype) * k).sum(-1).unsqueeze(-2)  # (c), (B,H,1,Tk)
+        return (position + content) / math.sqrt(d_head)
 
 
 def sequence_positions() -> list[str]:
