@@ -46,7 +46,7 @@ def forward_with_labels(task: nn.Module, batch: dict[str, Any]) -> tuple[Tensor,
         return task(batch["pixels"]), batch["labels"]
     tokens = batch["tokens"]  # language modelling; a fixed corruption for masked LM
     generator = torch.Generator(device=tokens.device).manual_seed(0)
-    inputs, labels = task.inputs_and_labels(tokens, generator)
+    inputs, labels = task.inputs_and_labels(tokens, generator, batch.get("labels"))
     return task.model(inputs), labels
 
 

@@ -53,6 +53,14 @@ def build_data(cfg: DictConfig) -> AttnlabDataModule:
     if not isinstance(datamodule, AttnlabDataModule):
         raise ConfigError("data._target_ must name an AttnlabDataModule subclass")
     check_compatible(str(cfg.model.name), datamodule.task, bool(cfg.model.get("prefix_lm", False)))
+    if getattr(datamodule, "given_labels", False):
+        from attnlab.models import ARCHITECTURES
+
+        if ARCHITECTURES.get(str(cfg.model.name)).feeding.lm != "causal":
+            raise ConfigError(
+                f"model={cfg.model.name} is a masked LM, and this data scores chosen positions "
+                "of a causal language model; use model=decoder_only or model=rnn"
+            )
     datamodule.prepare_data()
     datamodule.setup("fit")
     return datamodule

@@ -31,6 +31,7 @@ DATA_MODULES = frozenset({
     "attnlab.data.classification.ClassificationDataModule",
     "attnlab.data.images.DigitsDataModule",
     "attnlab.data.images.ImageFolderDataModule",
+    "attnlab.data.recall.AssociativeRecallDataModule",
 })  # fmt: skip
 
 # everything else conf/ builds: the Trainer, its strategy, callbacks and loggers

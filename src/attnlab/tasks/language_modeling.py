@@ -59,19 +59,27 @@ class LanguageModelTask(Task):
             setattr(self, f"{stage}_acc", accuracy)
 
     def inputs_and_labels(
-        self, tokens: Tensor, generator: torch.Generator | None = None
+        self,
+        tokens: Tensor,
+        generator: torch.Generator | None = None,
+        labels: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
-        if self.model.feeding.lm == "masked":
+        """Model inputs and labels. ``labels`` (B, L − 1), when the data gives them (for
+        example only the answers of associative recall), replace the next tokens."""
+        if self.model.feeding.lm == "masked":  # the pipeline refuses data with given labels
             return mask_tokens(
                 tokens[:, :-1], self.model_cfg.vocab_size, self.mlm_probability, generator
             )
-        return tokens[:, :-1], tokens[:, 1:]
+        return tokens[:, :-1], tokens[:, 1:] if labels is None else labels
 
     def sequence_lengths(self, batch: dict[str, Tensor]) -> tuple[int, int]:
         return 0, batch["tokens"].size(1) - 1
 
+    def tokens_in_batch(self, batch: dict[str, Tensor]) -> int:
+        return int(batch["tokens"].numel())
+
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        inputs, labels = self.inputs_and_labels(batch["tokens"])
+        inputs, labels = self.inputs_and_labels(batch["tokens"], labels=batch.get("labels"))
         loss = self.loss(self.model(inputs), labels)
         self.log("train/loss", loss, prog_bar=True, batch_size=inputs.size(0))
         return loss
@@ -81,7 +89,7 @@ class LanguageModelTask(Task):
         # a fixed corruption per batch, so masked-LM validation losses are comparable
         seed = self.seed * 100_003 + batch_idx
         generator = torch.Generator(device=tokens.device).manual_seed(seed)
-        inputs, labels = self.inputs_and_labels(tokens, generator)
+        inputs, labels = self.inputs_and_labels(tokens, generator, batch.get("labels"))
         logits = self.model(inputs)
         n_tokens = int((labels != IGNORE).sum())
         getattr(self, f"{stage}_loss").update(self.loss(logits, labels, smoothing=0.0), n_tokens)
