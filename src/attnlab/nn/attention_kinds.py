@@ -1,0 +1,509 @@
+"""Which keys each query attends to, and how it is computed (``model.attention``).
+
+Every kind replaces the kernel softmax(QKᵀ/√d)V of §3.2 (Vaswani et al. 2017); the
+projections around it stay in ``MultiHeadAttention``.
+
+* ``full``            softmax(QKᵀ/√d + M)V, M causal or none.
+* ``sliding_window``  query i sees keys |i − j| < w, or i − w < j ≤ i if causal
+                      (Beltagy et al. 2020, §3.1; Mistral's SWA).
+* ``longformer``      the window plus ``n_global`` global tokens that attend and are
+                      attended everywhere (Beltagy et al. 2020, §3.1 "global attention").
+* ``bigbird``         blocks: 3 window blocks + 1 global block + r random blocks per
+                      query block (Zaheer et al. 2020, §2, Fig. 1).
+* ``linformer``       softmax(Q (E K)ᵀ/√d) F V, E, F ∈ R^{k×n} learned (Wang et al. 2020, eq. 7).
+* ``linear``          φ(Q)(φ(K)ᵀV) / φ(Q)(φ(K)ᵀ1), φ = elu + 1 (Katharopoulos et al. 2020, eq. 6).
+
+Shapes: q (B, H, T_q, d), k and v (B, H, T_k, d) with heads already repeated for GQA.
+Positions: queries are q_offset … q_offset + T_q − 1, keys 0 … T_k − 1, so one cached
+decoding step is ``attend(q_t, K_≤t, V_≤t, q_offset=t)``. Masks are boolean, ``True``
+where a query may attend; ``key_real`` (B, T_k) marks the keys that are not padding.
+A query with no visible key gets a zero output, as in ``math_attention``.
+
+Each kind has an efficient ``attend`` and an explicit ``reference`` to test it against:
+the sparse kinds compute softmax with the (T_q, T_k) ``mask()``, linformer and linear
+their own formula densely. Sparse paths never build (T_q, T_k): queries go in blocks
+of ``block``, each against only the keys it may see.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnlab.errors import ConfigError
+from attnlab.nn.attention import math_attention
+from attnlab.registry import Registry
+
+
+@dataclass(frozen=True, kw_only=True)
+class KindSpec:
+    """What an attention kind needs to know; fields a kind does not use are ignored."""
+
+    causal: bool
+    window: int = 256  # sliding_window, longformer: w
+    n_global: int = 1  # longformer: global tokens at the start
+    block: int = 64  # query block of the sparse paths; bigbird's block size
+    n_random: int = 2  # bigbird: random key blocks per query block
+    linformer_k: int = 256  # linformer: projected length k
+    max_len: int = 512  # linformer: n, the longest sequence E and F cover
+    seed: int = 0  # bigbird: seed of the random blocks
+    d_head: int
+    n_heads: int
+
+
+class AttentionKind(nn.Module):
+    """Base of every kind: the interface, and the softmax-with-``mask()`` reference.
+
+    ``causal_ok``: the kind can be causal. ``cache_window``: a decoding cache needs only
+    the last ``cache_window`` keys (None: all of them). ``has_params``: the kind owns
+    learned parameters (it is an ``nn.Module`` for that reason).
+    """
+
+    causal_ok = True
+    has_params = False
+    cache_window: int | None = None
+    causal_error = "this attention kind cannot be causal"
+
+    def __init__(self, spec: KindSpec) -> None:
+        super().__init__()
+        if spec.causal and not self.causal_ok:
+            raise ConfigError(self.causal_error)
+        self.spec, self.causal = spec, spec.causal
+
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None,
+        q_offset: int = 0, dropout_p: float = 0.0,
+    ) -> Tensor:  # fmt: skip
+        raise NotImplementedError
+
+    def mask(
+        self, Tq: int, Tk: int, q_offset: int = 0, device: torch.device | None = None
+    ) -> Tensor | None:
+        """(Tq, Tk) bool, True where query q_offset + i may see key j; None: every key."""
+        if not self.causal:
+            return None
+        return _positions(Tq, Tk, q_offset, device, lambda i, j: j <= i)
+
+    def reference(
+        self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None, q_offset: int = 0
+    ) -> Tensor:
+        """softmax(QKᵀ/√d + M)V with M = ``mask()`` and padding, computed explicitly."""
+        mask = self.mask(q.size(2), k.size(2), q_offset, q.device)
+        return math_attention(q, k, v, _with_padding(mask, key_real))[0]
+
+
+ATTENTION_KINDS: Registry[type[AttentionKind]] = Registry("model.attention")
+
+
+def reference_attention(
+    kind: AttentionKind, q: Tensor, k: Tensor, v: Tensor,
+    key_real: Tensor | None = None, q_offset: int = 0,
+) -> Tensor:  # fmt: skip
+    """The explicit computation ``kind.attend`` must equal (B, H, Tq, d): softmax with
+    ``kind.mask()`` and padding for the softmax kinds, the kind's own dense formula else."""
+    return kind.reference(q, k, v, key_real, q_offset)
+
+
+Rule = Callable[[Tensor, Tensor], Tensor]  # (query positions (Tq, 1), keys (1, Tk)) → mask
+
+
+def _positions(Tq: int, Tk: int, q_offset: int, device: torch.device | None, rule: Rule) -> Tensor:
+    i = torch.arange(q_offset, q_offset + Tq, device=device).unsqueeze(1)  # (Tq, 1)
+    j = torch.arange(Tk, device=device).unsqueeze(0)  # (1, Tk)
+    return rule(i, j)
+
+
+def _with_padding(mask: Tensor | None, key_real: Tensor | None) -> Tensor | None:
+    """(Tq, Tk) pattern and (B, Tk) padding as one (B|1, 1, Tq|1, Tk) mask."""
+    if key_real is None:
+        return mask
+    padding = key_real[:, None, None, :]
+    return padding if mask is None else mask & padding
+
+
+def _window_rule(window: int, causal: bool) -> Rule:
+    if causal:
+        return lambda i, j: (j <= i) & (j > i - window)
+    return lambda i, j: (i - j).abs() < window
+
+
+def _attend_masked(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout_p: float) -> Tensor:
+    """SDPA with a boolean mask; a query row without any visible key outputs zero.
+
+    Such rows attend to every key inside the kernel (finite softmax and gradient) and
+    are zeroed after, as ``math_attention`` does.
+    """
+    no_key = ~mask.any(dim=-1, keepdim=True)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | no_key, dropout_p=dropout_p)
+    return out.masked_fill(no_key, 0.0)
+
+
+def _windows(x: Tensor, start: int, length: int, step: int, n: int) -> Tensor:
+    """Spans x[…, start + s·step : start + s·step + length, :] for s < n, zeros (False)
+    outside x: (…, T, d) → (…, n, length, d)."""
+    T = x.size(-2)
+    left, right = max(0, -start), max(0, start + (n - 1) * step + length - T)
+    if left or right:
+        pad = x.shape[:-2]
+        d = x.size(-1)
+        x = torch.cat([x.new_zeros(*pad, left, d), x, x.new_zeros(*pad, right, d)], dim=-2)
+    x = x[..., start + left : start + left + (n - 1) * step + length, :]
+    return x.unfold(-2, length, step).transpose(-1, -2)
+
+
+def _window_blocks(
+    q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None, q_offset: int,
+    window: int, block: int, causal: bool, dropout_p: float, n_global: int = 0,
+) -> Tensor:  # fmt: skip
+    """Sliding-window attention, one query block of ``block`` rows at a time (batched).
+
+    A block of queries starting at position p sees at most the keys p − w + 1 … p + block − 1
+    (+ w − 1 more if bidirectional): L = block + w − 1 (+ w − 1) keys, so the scores are
+    (T_q, L), not (T_q, T_k). With ``n_global`` > 0 the first n_global keys are appended
+    to every block (Longformer) and removed from the window spans, so none counts twice.
+    """
+    B, H, Tq, d = q.shape
+    Tk = k.size(2)
+    before, after = window - 1, 0 if causal else window - 1
+    L, n, start = block + before + after, -(-Tq // block), q_offset - before
+    blocks = torch.arange(n, device=q.device).unsqueeze(1) * block  # (n, 1)
+    qb = _windows(q, 0, block, block, n)  # (B, H, n, block, d)
+    kb, vb = _windows(k, start, L, block, n), _windows(v, start, L, block, n)  # (B, H, n, L, d)
+    r, c = torch.arange(block, device=q.device).unsqueeze(1), torch.arange(L, device=q.device)
+    band = (c >= r) & (c <= r + before + after)  # (block, L): the window, alike in every block
+    k_pos = start + blocks + c  # (n, L)
+    mask = band & ((k_pos >= n_global) & (k_pos < Tk)).unsqueeze(1)  # (n, block, L)
+    mask = mask.unsqueeze(0)  # (1, n, block, L)
+    if key_real is not None:
+        real = _windows(key_real.unsqueeze(-1), start, L, block, n).squeeze(-1)  # (B, n, L)
+        mask = mask & real.unsqueeze(2)
+    if n_global and Tk:
+        G = min(n_global, Tk)
+        q_pos = q_offset + blocks + r.view(1, -1)  # (n, block)
+        g_mask = torch.arange(G, device=q.device) <= q_pos.unsqueeze(-1)  # (n, block, G)
+        g_mask = g_mask.unsqueeze(0) if causal else torch.ones_like(g_mask).unsqueeze(0)
+        if key_real is not None:
+            g_mask = g_mask & key_real[:, None, None, :G]
+        batch = max(mask.size(0), g_mask.size(0))
+        mask = torch.cat([mask.expand(batch, -1, -1, -1), g_mask.expand(batch, -1, -1, -1)], -1)
+        kb = torch.cat([kb, k[:, :, None, :G].expand(B, H, n, G, d)], dim=-2)
+        vb = torch.cat([vb, v[:, :, None, :G].expand(B, H, n, G, d)], dim=-2)
+    out = _attend_masked(qb, kb, vb, mask.unsqueeze(1), dropout_p)  # (B, H, n, block, d)
+    return out.reshape(B, H, n * block, d)[:, :, :Tq]
+
+
+def _dense_rows(
+    q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None, dropout_p: float
+) -> Tensor:
+    """Global queries: every (non-padding) key, T_q × T_k with T_q = the few global rows."""
+    mask = torch.ones(1, 1, 1, k.size(2), dtype=torch.bool, device=q.device)
+    return _attend_masked(q, k, v, _with_padding(mask, key_real), dropout_p)
+
+
+@ATTENTION_KINDS.register("full")
+class FullAttention(AttentionKind):
+    """softmax(QKᵀ/√d + M)V over every key (Vaswani et al. 2017, eq. 1): the baseline."""
+
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None,
+        q_offset: int = 0, dropout_p: float = 0.0,
+    ) -> Tensor:  # fmt: skip
+        if key_real is None and (not self.causal or q_offset == 0):
+            # no explicit mask: PyTorch may pick the flash or memory-efficient kernel
+            return F.scaled_dot_product_attention(
+                q, k, v, dropout_p=dropout_p, is_causal=self.causal
+            )
+        mask = self.mask(q.size(2), k.size(2), q_offset, q.device)
+        if mask is None:
+            mask = torch.ones(1, k.size(2), dtype=torch.bool, device=q.device)
+        return _attend_masked(q, k, v, _with_padding(mask, key_real), dropout_p)
+
+
+@ATTENTION_KINDS.register("sliding_window")
+class SlidingWindowAttention(AttentionKind):
+    """Each query sees the w nearest keys: |i − j| < w, or i − w < j ≤ i when causal
+    (Longformer, Beltagy et al. 2020, §3.1; Mistral 7B's sliding window, Jiang et al. 2023).
+
+    Memory O(T·(block + 2w)): query blocks against their key spans (``_window_blocks``).
+    A causal decoder's cache needs only the last w keys (``cache_window``).
+    """
+
+    def __init__(self, spec: KindSpec) -> None:
+        super().__init__(spec)
+        self.cache_window = spec.window if spec.causal else None
+
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None,
+        q_offset: int = 0, dropout_p: float = 0.0,
+    ) -> Tensor:  # fmt: skip
+        s = self.spec
+        return _window_blocks(q, k, v, key_real, q_offset, s.window, s.block, s.causal, dropout_p)
+
+    def mask(
+        self, Tq: int, Tk: int, q_offset: int = 0, device: torch.device | None = None
+    ) -> Tensor:
+        return _positions(Tq, Tk, q_offset, device, _window_rule(self.spec.window, self.causal))
+
+
+@ATTENTION_KINDS.register("longformer")
+class LongformerAttention(AttentionKind):
+    """The sliding window plus g global tokens (Beltagy et al. 2020, §3.1 "global attention"):
+    positions < g attend to every key and every query attends to them. Causal: j ≤ i still
+    holds, so the global tokens, being first, see only each other.
+
+    Memory O(T·(block + 2w + g) + g·T): window blocks with the g global keys appended, and
+    the g global query rows computed densely.
+    """
+
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None,
+        q_offset: int = 0, dropout_p: float = 0.0,
+    ) -> Tensor:  # fmt: skip
+        s = self.spec
+        out = _window_blocks(
+            q, k, v, key_real, q_offset, s.window, s.block, s.causal, dropout_p, s.n_global
+        )
+        n_global_rows = min(max(s.n_global - q_offset, 0), q.size(2))
+        if self.causal or not n_global_rows:  # causal global rows: the window path is exact
+            return out
+        rows = _dense_rows(q[:, :, :n_global_rows], k, v, key_real, dropout_p)
+        return torch.cat([rows, out[:, :, n_global_rows:]], dim=2)
+
+    def mask(
+        self, Tq: int, Tk: int, q_offset: int = 0, device: torch.device | None = None
+    ) -> Tensor:
+        window, g = _window_rule(self.spec.window, False), self.spec.n_global
+        pattern = _positions(
+            Tq, Tk, q_offset, device, lambda i, j: window(i, j) | (j < g) | (i < g)
+        )
+        if self.causal:
+            pattern &= _positions(Tq, Tk, q_offset, device, lambda i, j: j <= i)
+        return pattern
+
+
+@functools.lru_cache(maxsize=65536)
+def _bigbird_key_blocks(
+    q_block: int, n_key_blocks: int, causal: bool, n_random: int, seed: int
+) -> tuple[int, ...]:
+    """Key blocks of one query block: the global block 0, the window q−1, q, q+1 (q+1 only
+    if bidirectional), and ``n_random`` others drawn among the blocks it may see.
+
+    The draw depends on (seed, q_block) and on how many blocks it chooses from — the
+    blocks ≤ q if causal, all key blocks if not — so a decoding step, alone or in a
+    prompt, sees the same pattern.
+    """
+    last = q_block if causal else n_key_blocks - 1
+    fixed = {b for b in (0, q_block - 1, q_block, q_block + 1) if 0 <= b <= last}
+    others = [b for b in range(last + 1) if b not in fixed]
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + q_block)
+    drawn = torch.randperm(len(others), generator=generator)[:n_random].tolist()
+    return tuple(sorted(b for b in fixed | {others[i] for i in drawn} if b < n_key_blocks))
+
+
+def _gather_blocks(x: Tensor, index: Tensor, block: int, n_blocks: int) -> Tensor:
+    """(B, H, T, d) cut into ``n_blocks`` blocks (zeros past T), blocks ``index`` (n, m) of
+    it side by side: (B, H, n, m·block, d)."""
+    B, H, T, d = x.shape
+    x = torch.cat([x, x.new_zeros(B, H, n_blocks * block - T, d)], dim=2)
+    return x.view(B, H, n_blocks, block, d)[:, :, index].flatten(3, 4)
+
+
+@ATTENTION_KINDS.register("bigbird")
+class BigBirdAttention(AttentionKind):
+    """Block-sparse attention (Zaheer et al. 2020, §2, Fig. 1) with block size b: each query
+    block sees its own and the neighbouring key blocks (window of 3 blocks), the global
+    first block, and r random blocks (seeded, ≤ the query block if causal); the queries of
+    the first block attend everywhere.
+
+    Memory O(T·b·(4 + r)): each query block gathers its ≤ 4 + r key blocks,
+    (B, H, n_blocks, (4 + r)·b, d); the global query rows are computed densely.
+    """
+
+    def _layout(self, Tq: int, Tk: int, q_offset: int) -> tuple[int, int, int, Tensor]:
+        """Queries before q_offset in its block, query and key block counts, and the
+        (n, n_sel) key blocks of each query block, padded with n_key_blocks (= none)."""
+        s = self.spec
+        lead = q_offset % s.block  # query blocks start at absolute multiples of the block
+        n, n_kb = -(-(lead + Tq) // s.block), -(-Tk // s.block)
+        rows = [
+            _bigbird_key_blocks(q_offset // s.block + i, n_kb, s.causal, s.n_random, s.seed)
+            for i in range(n)
+        ]
+        width = max(len(row) for row in rows)
+        index = [row + (n_kb,) * (width - len(row)) for row in rows]
+        return lead, n, n_kb, torch.tensor(index, dtype=torch.long)
+
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None,
+        q_offset: int = 0, dropout_p: float = 0.0,
+    ) -> Tensor:  # fmt: skip
+        B, H, Tq, d = q.shape
+        Tk, b, device = k.size(2), self.spec.block, q.device
+        lead, n, n_kb, index = self._layout(Tq, Tk, q_offset)
+        index = index.to(device)  # block n_kb: zeros past the keys, masked
+        qb = _windows(q, -lead, b, b, n)  # (B, H, n, b, d)
+        kb, vb = (_gather_blocks(x, index, b, n_kb + 1) for x in (k, v))  # (B, H, n, S, d)
+        k_pos = (index.unsqueeze(-1) * b + torch.arange(b, device=device)).flatten(1)  # (n, S)
+        mask = k_pos < Tk  # (n, S)
+        q_pos = q_offset - lead + torch.arange(n * b, device=device).view(n, b)
+        mask = mask.unsqueeze(1).expand(n, b, -1)  # (n, b, S)
+        if self.causal:
+            mask = mask & (k_pos.unsqueeze(1) <= q_pos.unsqueeze(-1))
+        mask = mask.unsqueeze(0)
+        if key_real is not None:
+            real = _gather_blocks(key_real[:, None, :, None], index, b, n_kb + 1)  # (B, 1, n, S, 1)
+            mask = mask & real[:, 0, :, None, :, 0]
+        out = _attend_masked(qb, kb, vb, mask.unsqueeze(1), dropout_p)
+        out = out.reshape(B, H, n * b, d)[:, :, lead : lead + Tq]
+        n_global_rows = min(max(b - q_offset, 0), Tq)
+        if self.causal or not n_global_rows:
+            return out
+        rows = _dense_rows(q[:, :, :n_global_rows], k, v, key_real, dropout_p)
+        return torch.cat([rows, out[:, :, n_global_rows:]], dim=2)
+
+    def mask(
+        self, Tq: int, Tk: int, q_offset: int = 0, device: torch.device | None = None
+    ) -> Tensor:
+        b = self.spec.block
+        lead, n, n_kb, index = self._layout(Tq, Tk, q_offset)
+        blocks = torch.zeros(n, n_kb + 1, dtype=torch.bool).scatter_(1, index, True)[:, :n_kb]
+        pattern = blocks.repeat_interleave(b, 0).repeat_interleave(b, 1)[lead : lead + Tq, :Tk]
+        pattern = pattern.to(device)
+        if self.causal:
+            return pattern & _positions(Tq, Tk, q_offset, device, lambda i, j: j <= i)
+        return pattern | _positions(Tq, Tk, q_offset, device, lambda i, j: i < b)
+
+
+@ATTENTION_KINDS.register("linformer")
+class LinformerAttention(AttentionKind):
+    """Keys and values projected along the sequence to k rows (Wang et al. 2020, eq. 7):
+
+        head = softmax(Q (E K)ᵀ / √d) F V,   E, F ∈ R^{k×n} learned, sliced to E[:, :T].
+
+    One E, F per layer, shared by the heads ("headwise sharing", §4); initialised
+    N(0, 1/k) as the random projection of Theorem 1. Padded keys and values are zeroed
+    before projecting. Memory O(T·k). Every position enters every projected row, so
+    there is no causal form, and ``q_offset`` is ignored.
+    """
+
+    causal_ok, has_params = False, True
+    causal_error = (
+        "model.attention=linformer mixes every position into its k projections, so it "
+        "cannot be causal; use it with model=encoder_only or vit, or choose "
+        "sliding_window/linear for decoders"
+    )
+
+    def __init__(self, spec: KindSpec) -> None:
+        super().__init__(spec)
+        self.E = nn.Parameter(torch.randn(spec.linformer_k, spec.max_len) / spec.linformer_k**0.5)
+        self.F = nn.Parameter(torch.randn(spec.linformer_k, spec.max_len) / spec.linformer_k**0.5)
+
+    def project(self, k: Tensor, v: Tensor, key_real: Tensor | None) -> tuple[Tensor, Tensor]:
+        """E K and F V, (B, H, k, d) each."""
+        T = k.size(2)
+        if T > self.spec.max_len:
+            raise ValueError(f"linformer got {T} keys but E, F cover model.max_len="
+                             f"{self.spec.max_len}; raise model.max_len")  # fmt: skip
+        if key_real is not None:
+            real = key_real[:, None, :, None].to(k.dtype)
+            k, v = k * real, v * real
+        return self.E[:, :T].to(k.dtype) @ k, self.F[:, :T].to(v.dtype) @ v
+
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None,
+        q_offset: int = 0, dropout_p: float = 0.0,
+    ) -> Tensor:  # fmt: skip
+        k, v = self.project(k, v, key_real)
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+
+    def reference(
+        self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None, q_offset: int = 0
+    ) -> Tensor:
+        """Eq. 7 with the softmax written out (no mask: the k projected rows are all real)."""
+        k, v = self.project(k, v, key_real)
+        return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1) @ v
+
+
+def elu_feature_map(x: Tensor) -> Tensor:
+    """φ(x) = elu(x) + 1 (Katharopoulos et al. 2020, §3.2.1): positive, so φ(q)·φ(k) > 0."""
+    return F.elu(x) + 1
+
+
+@ATTENTION_KINDS.register("linear")
+class LinearAttention(AttentionKind):
+    """Kernelised attention (Katharopoulos et al. 2020, eq. 4–6), φ = ``elu_feature_map``:
+
+        V'_i = φ(Q_i)ᵀ Σ_j φ(K_j) V_jᵀ / φ(Q_i)ᵀ Σ_j φ(K_j)                 (eq. 6)
+
+    Causal (eq. 9–10): S_i = Σ_{j≤i} φ(K_j) V_jᵀ, Z_i = Σ_{j≤i} φ(K_j), V'_i = φ(Q_i)ᵀS_i /
+    φ(Q_i)ᵀZ_i, computed in chunks of ``chunk`` queries: the quadratic masked form inside a
+    chunk, S and Z of the earlier chunks across — exact, memory O(T·(chunk + d²/chunk)).
+    Decoding keeps only (S, Z): ``linear_state`` then ``attend_with_state``, O(d²) a step.
+    φ of padded keys is zero. There are no attention weights, so ``dropout_p`` is unused.
+    """
+
+    chunk = 64
+
+    def phi_keys(self, k: Tensor, key_real: Tensor | None) -> Tensor:
+        keys = elu_feature_map(k)
+        return keys if key_real is None else keys * key_real[:, None, :, None].to(k.dtype)
+
+    def linear_state(
+        self, k: Tensor, v: Tensor, key_real: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """S = Σ_j φ(K_j)V_jᵀ (B, H, d, d_v) and Z = Σ_j φ(K_j) (B, H, d) over the given keys.
+
+        Both are sums, so a decoding cache adds the state of each new token to its own.
+        """
+        keys = self.phi_keys(k, key_real)
+        return keys.transpose(-2, -1) @ v, keys.sum(dim=-2)
+
+    def attend_with_state(self, q: Tensor, S: Tensor, Z: Tensor) -> Tensor:
+        """φ(Q)ᵀS / φ(Q)ᵀZ (B, H, Tq, d_v): every query sees every key summed into (S, Z)."""
+        queries = elu_feature_map(q)
+        return queries @ S / _normaliser(queries @ Z.unsqueeze(-1))
+
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None,
+        q_offset: int = 0, dropout_p: float = 0.0,
+    ) -> Tensor:  # fmt: skip
+        if not self.causal:
+            return self.attend_with_state(q, *self.linear_state(k, v, key_real))
+        B, H, Tq, d = q.shape
+        C, n = self.chunk, -(-Tq // self.chunk)
+        keys = self.phi_keys(k, key_real)
+        S, Z = (
+            keys[:, :, :q_offset].transpose(-2, -1) @ v[:, :, :q_offset],
+            keys[:, :, :q_offset].sum(-2),
+        )
+        qc = _windows(elu_feature_map(q), 0, C, C, n)  # (B, H, n, C, d)
+        kc, vc = _windows(keys, q_offset, C, C, n), _windows(v, q_offset, C, C, n)
+        scores = (qc @ kc.transpose(-2, -1)).tril()  # (B, H, n, C, C): within the chunk
+        chunk_S, chunk_Z = kc.transpose(-2, -1) @ vc, kc.sum(-2)  # (B, H, n, d, d_v), (B, H, n, d)
+        S = S.unsqueeze(2) + F.pad(chunk_S.cumsum(2), (0, 0, 0, 0, 1, -1))  # earlier chunks
+        Z = Z.unsqueeze(2) + F.pad(chunk_Z.cumsum(2), (0, 0, 1, -1))
+        numerator = scores @ vc + qc @ S
+        denominator = scores.sum(-1, keepdim=True) + qc @ Z.unsqueeze(-1)
+        out = numerator / _normaliser(denominator)
+        return out.reshape(B, H, n * C, -1)[:, :, :Tq]
+
+    def reference(
+        self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None, q_offset: int = 0
+    ) -> Tensor:
+        """Eq. 4 densely: weights φ(Q_i)·φ(K_j), zero outside ``mask()``, rows normalised."""
+        weights = elu_feature_map(q) @ self.phi_keys(k, key_real).transpose(-2, -1)
+        mask = self.mask(q.size(2), k.size(2), q_offset, q.device)
+        if mask is not None:
+            weights = weights.masked_fill(~mask, 0.0)
+        return weights / _normaliser(weights.sum(-1, keepdim=True)) @ v
+
+
+def _normaliser(denominator: Tensor) -> Tensor:
+    """φ > 0, so the denominator is 0 only for a query without keys: output 0, not NaN."""
+    return denominator.clamp_min(torch.finfo(denominator.dtype).tiny)

@@ -1,0 +1,193 @@
+"""model.attention kinds: each efficient path equals its explicit reference, and the
+patterns, decoding, causality and padding behave as the papers define them."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from attnlab.errors import ConfigError
+from attnlab.nn.attention_kinds import (
+    ATTENTION_KINDS,
+    AttentionKind,
+    KindSpec,
+    LinearAttention,
+    reference_attention,
+)
+
+KINDS = ATTENTION_KINDS.names()
+DECODING_KINDS = [name for name, cls in ATTENTION_KINDS.items() if cls.causal_ok]
+D_HEAD = 8
+
+
+def make(name: str, causal: bool, **overrides: int) -> AttentionKind:
+    fields = dict(window=16, block=8, n_global=2, linformer_k=32, max_len=300, seed=0)
+    spec = KindSpec(causal=causal, d_head=D_HEAD, n_heads=2, **{**fields, **overrides})
+    torch.manual_seed(0)
+    return ATTENTION_KINDS.get(name)(spec).double()
+
+
+def qkv(T: int, Tq: int | None = None, seed: int = 1) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(2, 2, T if Tq is None else Tq, D_HEAD)] + [(2, 2, T, D_HEAD)] * 2
+    return tuple(torch.randn(s, generator=g, dtype=torch.float64) for s in shapes)
+
+
+def padding(T: int) -> torch.Tensor:
+    """Row 0 right-padded, row 1 left-padded (so early queries of a window see no key)."""
+    key_real = torch.ones(2, T, dtype=torch.bool)
+    key_real[0, T - T // 4 :] = False
+    key_real[1, : (T + 2) // 3] = False
+    return key_real
+
+
+def test_every_kind_is_registered() -> None:
+    assert KINDS == ["bigbird", "full", "linear", "linformer", "longformer", "sliding_window"]
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["dense", "padded"])
+@pytest.mark.parametrize("T", [1, 7, 130, 257])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+@pytest.mark.parametrize("name", KINDS)
+def test_efficient_path_equals_reference(name: str, causal: bool, T: int, padded: bool) -> None:
+    if causal and not ATTENTION_KINDS.get(name).causal_ok:
+        pytest.skip("no causal form (test_linformer_cannot_be_causal)")
+    kind, (q, k, v) = make(name, causal), qkv(T)
+    key_real = padding(T) if padded else None
+    expected = reference_attention(kind, q, k, v, key_real)
+    torch.testing.assert_close(kind.attend(q, k, v, key_real), expected, atol=1e-10, rtol=1e-10)
+
+
+def test_linformer_cannot_be_causal() -> None:
+    with pytest.raises(ConfigError, match="model.attention=linformer .* cannot be causal"):
+        make("linformer", causal=True)
+
+
+def test_sliding_window_mask_by_hand() -> None:
+    causal = make("sliding_window", True, window=2).mask(6, 6)
+    bidirectional = make("sliding_window", False, window=2).mask(6, 6)
+    band = torch.tensor([[int(i - j in (0, 1)) for j in range(6)] for i in range(6)]).bool()
+    assert torch.equal(causal, band)  # i − 2 < j ≤ i: itself and the previous key
+    assert torch.equal(bidirectional, band | band.T)  # |i − j| < 2: tridiagonal
+
+
+def test_longformer_global_rows_and_columns_are_all_true() -> None:
+    mask = make("longformer", False, window=2, n_global=2).mask(10, 10)
+    assert mask[:2].all() and mask[:, :2].all()
+    assert not mask[5, 8] and mask[5, 6]
+    causal = make("longformer", True, window=2, n_global=2).mask(10, 10)
+    assert torch.equal(causal, mask.tril())
+
+
+def test_bigbird_pattern_is_seeded_and_keeps_the_diagonal_blocks() -> None:
+    mask = make("bigbird", False, seed=0).mask(128, 128)
+    assert torch.equal(mask, make("bigbird", False, seed=0).mask(128, 128))
+    assert not torch.equal(mask, make("bigbird", False, seed=1).mask(128, 128))
+    blocks = mask.view(16, 8, 16, 8).all(3).all(1)  # (query block, key block) fully visible
+    assert blocks.diagonal().all() and blocks[:, 0].all() and blocks[0].all()
+    assert (blocks.sum(1)[1:] <= 4 + 2).all()  # window 3 + global + n_random=2
+    causal = make("bigbird", True, seed=0).mask(128, 128)
+    assert not causal.triu(1).any()
+    lower = torch.ones(8, 8, dtype=torch.bool).tril()
+    assert all(torch.equal(causal[b : b + 8, b : b + 8], lower) for b in range(0, 128, 8))
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+@pytest.mark.parametrize("name", KINDS)
+def test_one_query_at_an_offset_equals_its_row_of_the_full_computation(
+    name: str, causal: bool
+) -> None:
+    if causal and name not in DECODING_KINDS:
+        pytest.skip("no causal form")
+    kind, (q, k, v) = make(name, causal), qkv(70)
+    key_real = padding(70)
+    full = kind.attend(q, k, v, key_real)
+    for t in (0, 5, 8, 31, 69):
+        seen = t + 1 if causal else 70  # a decoding step has the keys so far in its cache
+        step = kind.attend(q[:, :, t : t + 1], k[:, :, :seen], v[:, :, :seen],
+                           key_real[:, :seen], q_offset=t)  # fmt: skip
+        torch.testing.assert_close(step[:, :, 0], full[:, :, t], atol=1e-10, rtol=1e-10)
+
+
+def test_sliding_window_decoding_needs_only_cache_window_keys() -> None:
+    kind, (q, k, v) = make("sliding_window", True), qkv(70)
+    full, w = kind.attend(q, k, v), kind.cache_window
+    assert w == 16 and make("full", True).cache_window is None
+    for t in (20, 69):  # the cache trimmed to its last w keys; the query is its last position
+        kept = slice(t + 1 - w, t + 1)
+        step = kind.attend(q[:, :, t : t + 1], k[:, :, kept], v[:, :, kept], q_offset=w - 1)
+        torch.testing.assert_close(step[:, :, 0], full[:, :, t], atol=1e-10, rtol=1e-10)
+
+
+def test_linear_state_decoding_equals_the_causal_form_token_by_token() -> None:
+    kind, (q, k, v) = make("linear", True), qkv(150)
+    assert isinstance(kind, LinearAttention)
+    key_real = padding(150)
+    full = kind.attend(q, k, v, key_real)
+    S, Z = kind.linear_state(k[:, :, :0], v[:, :, :0], key_real[:, :0])
+    for t in range(150):
+        dS, dZ = kind.linear_state(k[:, :, t : t + 1], v[:, :, t : t + 1], key_real[:, t : t + 1])
+        S, Z = S + dS, Z + dZ
+        step = kind.attend_with_state(q[:, :, t : t + 1], S, Z)
+        torch.testing.assert_close(step[:, :, 0], full[:, :, t], atol=1e-10, rtol=1e-10)
+
+
+def test_linformer_is_eq_7_of_the_paper() -> None:
+    kind, (q, k, v) = make("linformer", False), qkv(130)
+    key_real = padding(130)
+    real = key_real[:, None, :, None].double()
+    E, F = kind.E[:, :130].detach().double(), kind.F[:, :130].detach().double()
+    scores = q @ (E @ (k * real)).transpose(-2, -1) / math.sqrt(D_HEAD)
+    expected = torch.softmax(scores, dim=-1) @ (F @ (v * real))
+    torch.testing.assert_close(kind.attend(q, k, v, key_real), expected)
+    assert kind.has_params and sum(p.numel() for p in kind.parameters()) == 2 * 32 * 300
+
+
+@pytest.mark.parametrize("name", DECODING_KINDS)
+def test_future_keys_do_not_change_earlier_outputs(name: str) -> None:
+    kind, (q, k, v) = make(name, True), qkv(130)
+    before = kind.attend(q, k, v)
+    k2, v2 = k.clone(), v.clone()
+    k2[:, :, 77:], v2[:, :, 77:] = 5.0, -5.0
+    after = kind.attend(q, k2, v2)
+    torch.testing.assert_close(after[:, :, :77], before[:, :, :77], atol=1e-12, rtol=0)
+    assert not torch.allclose(after[:, :, 77:], before[:, :, 77:])
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+@pytest.mark.parametrize("name", KINDS)
+def test_padded_keys_do_not_change_outputs(name: str, causal: bool) -> None:
+    if causal and name not in DECODING_KINDS:
+        pytest.skip("no causal form")
+    kind, (q, k, v), key_real = make(name, causal), qkv(130), padding(130)
+    junk = (~key_real)[:, None, :, None]
+    before = kind.attend(q, k, v, key_real)
+    after = kind.attend(q, k.masked_fill(junk, 7.0), v.masked_fill(junk, -7.0), key_real)
+    torch.testing.assert_close(after, before, atol=1e-12, rtol=0)
+
+
+def test_rows_without_keys_give_zero_output_and_finite_gradients() -> None:
+    kind, (q, k, v) = make("sliding_window", True), qkv(130)
+    key_real = padding(130)  # row 1: the first 44 keys are padding, w = 16
+    q.requires_grad_(True)
+    out = kind.attend(q, k, v, key_real)
+    assert torch.all(out[1, :, :44] == 0) and out[1, :, 44:].abs().sum() > 0
+    out.sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
+
+
+def test_sliding_window_never_builds_a_sequence_by_sequence_matrix() -> None:
+    """At T = 16384 a (T, T) float32 score matrix alone would take 1 GiB."""
+    T = 16384
+    kind = ATTENTION_KINDS.get("sliding_window")(KindSpec(causal=True, d_head=16, n_heads=1))
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, T, 16, generator=g) for _ in range(3))
+    with torch.profiler.profile(profile_memory=True) as profile:
+        out = kind.attend(q, k, v)
+    largest = max(event.cpu_memory_usage for event in profile.key_averages())
+    assert largest < T * T * 4 // 8  # the scores are (T, block + w − 1), not (T, T)
+    for first in (0, T - 100):  # spot-check rows against the explicit mask, 100 at a time
+        rows = reference_attention(kind, q[:, :, first : first + 100], k, v, q_offset=first)
+        torch.testing.assert_close(out[:, :, first : first + 100], rows)
