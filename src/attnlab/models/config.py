@@ -51,6 +51,12 @@ class ModelConfig:
     n_kv_heads: int | None = None  # grouped-query attention; 1: multi-query; None: n_heads
     qk_norm: bool = False  # normalise queries and keys per head (Dehghani et al. 2023)
     block: str = "sequential"  # sequential | parallel (GPT-J / PaLM: attention ∥ FFN)
+    attention: str = "full"  # model.attention: full | sliding_window | longformer | bigbird | …
+    window: int = 256  # sliding_window, longformer: w
+    n_global: int = 1  # longformer: global tokens at the start
+    attn_block: int = 64  # query block of the sparse kernels; bigbird's block size
+    n_random: int = 2  # bigbird: random key blocks per query block
+    linformer_k: int = 256  # linformer: keys and values projected to k rows
     pool: str | None = None  # classification pooling; None: the architecture's default
     # model=vit: filled in from the image data module (data.image_size, channels, patch_size)
     image_size: int = 0
@@ -110,6 +116,15 @@ class ModelConfig:
         one_of("attn_impl", self.attn_impl, ATTN_IMPLS)
         one_of("init", self.init, INITS)
         one_of("block", self.block, BLOCKS)
+        from attnlab.nn.attention_kinds import ATTENTION_KINDS
+
+        ATTENTION_KINDS.get(self.attention)
+        for key in ("window", "n_global", "attn_block", "linformer_k"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"model.{key}={value} must be a positive integer")
+        if not isinstance(self.n_random, int) or self.n_random < 0:
+            raise ConfigError(f"model.n_random={self.n_random} must be an integer >= 0")
         one_of("cell", self.cell, CELLS)
         one_of("rnn_attention", self.rnn_attention, RNN_ATTENTIONS)
         if self.tie_embeddings not in TIE_OPTIONS:
@@ -166,6 +181,18 @@ class ModelConfig:
                 "model.block=parallel has no place for cross-attention; use it with "
                 "model=decoder_only, encoder_only or vit, or model.block=sequential"
             )
+        if self.attention != "full":
+            if self.pos in ("alibi", "t5_relative", "xl_relative"):
+                raise ConfigError(
+                    f"model.attention={self.attention} builds its own sparse or kernelised "
+                    f"pattern and takes no additive position bias (model.pos={self.pos}); use "
+                    "model.pos=rope, sinusoidal, learned or none"
+                )
+            if self.prefix_lm:
+                raise ConfigError(
+                    f"model.attention={self.attention} has no prefix-LM pattern; use "
+                    "model.prefix_lm=false or model.attention=full"
+                )
         if self.prefix_lm and self.name != "decoder_only":
             raise ConfigError("model.prefix_lm=true applies to model=decoder_only only; remove it")
         architecture.check(self)

@@ -125,6 +125,7 @@ class Architecture(nn.Module):
     feeding: ClassVar[Feeding] = Feeding()
     takes_grid: ClassVar[bool] = False  # reads image patches: 2-D position schemes apply
     attention_heads: ClassVar[bool] = True  # n_heads, pos and the head-size rules apply
+    causal_attention: ClassVar[bool] = False  # has causal self-attention (a decoder)
 
     def __init__(self, cfg: ModelConfig, task: str = "lm") -> None:
         super().__init__()
@@ -141,6 +142,14 @@ class Architecture(nn.Module):
                 "sequences; use it with model=vit, or choose a 1-D scheme (learned, "
                 "sinusoidal, rope, …)"
             )
+        from attnlab.nn.attention_kinds import ATTENTION_KINDS
+
+        kind = ATTENTION_KINDS.get(cfg.attention)
+        if cfg.attention != "full" and not cls.attention_heads:
+            raise ConfigError(f"model.attention={cfg.attention} applies to Transformers, not "
+                              f"model={cfg.name}; remove it")  # fmt: skip
+        if cls.causal_attention and not kind.causal_ok:
+            raise ConfigError(kind.causal_error)
         pools = cls.feeding.pools
         if cfg.pool is not None and cfg.pool not in pools:
             name = cfg.name

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -114,6 +115,17 @@ def attention_mask(
     return None if mask is None else mask.unsqueeze(1)
 
 
+def kind_spec(cfg: ModelConfig, causal: bool) -> Any:
+    """The :class:`~attnlab.nn.attention_kinds.KindSpec` of ``model.attention`` and its keys."""
+    from attnlab.nn.attention_kinds import KindSpec
+
+    return KindSpec(
+        causal=causal, window=cfg.window, n_global=cfg.n_global, block=cfg.attn_block,
+        n_random=cfg.n_random, linformer_k=cfg.linformer_k, max_len=cfg.max_len,
+        d_head=cfg.d_model // cfg.n_heads, n_heads=cfg.n_heads,
+    )  # fmt: skip
+
+
 def make_positions(cfg: ModelConfig, causal: bool, grid: tuple[int, int] | None) -> Positions:
     """The ``model.pos`` scheme; image schemes (``needs_grid``) also get the patch grid."""
     cls = POSITIONS.get(cfg.pos)
@@ -142,6 +154,7 @@ class TransformerStack(nn.Module):
         super().__init__()
         self.causal, self.pad_id = causal, cfg.pad_id
         self.checkpointing = cfg.activation_checkpointing
+        self.sparse = cfg.attention != "full"
         self.embedding = embedding
         # relative buckets look both ways unless attention is purely causal: a prefix-LM
         # sees keys to its right inside the prefix (Mesh TF, Unitransformer.fully_autoregressive)
@@ -152,7 +165,8 @@ class TransformerStack(nn.Module):
             d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.ff_dim, dropout=cfg.dropout,
             attn_dropout=cfg.attn_dropout, norm=cfg.norm, norm_type=cfg.norm_type, ffn=cfg.ffn,
             attn_impl=cfg.attn_impl, depth=depth or StackDepth(), n_kv_heads=cfg.n_kv_heads,
-            qk_norm=cfg.qk_norm, block=cfg.block,
+            qk_norm=cfg.qk_norm, block=cfg.block, attention_kind=cfg.attention,
+            kind_spec=kind_spec(cfg, causal and not cfg.prefix_lm),
         )  # fmt: skip
 
         def layer() -> nn.Module:
@@ -209,7 +223,8 @@ class TransformerStack(nn.Module):
         # one new query over an unpadded cache may see every key: no mask to build
         single_step = cache is not None and offset > 0 and T == 1 and k_real is None
         mask = None
-        if not single_step:
+        sparse = self.sparse  # the kind builds its own pattern: no (T, T) mask
+        if not single_step and not sparse:
             k_index = torch.arange(offset + T, device=device)
             mask = attention_mask(q_index, k_index, k_real, self.causal, prefix_len)
         bias = self.positions.bias(positions, k_positions)
@@ -217,7 +232,7 @@ class TransformerStack(nn.Module):
         # apply causality itself (flash / memory-efficient path, no (T, T) mask)
         content = self.positions.content_dependent
         fast_causal = self.causal and offset == 0 and k_real is None and prefix_len is None
-        fast_causal = fast_causal and bias is None and not content
+        fast_causal = fast_causal and bias is None and not content and not sparse
         inputs = AttentionInputs(
             mask=None if fast_causal else mask,
             bias=bias,
@@ -226,6 +241,8 @@ class TransformerStack(nn.Module):
             scores=partial(self.positions.scores, q_pos=positions, k_pos=k_positions)
             if content
             else None,
+            key_real=k_real,
+            q_offset=offset,
         )
 
         memory_inputs = None

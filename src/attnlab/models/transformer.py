@@ -96,6 +96,7 @@ class DecoderOnly(TransformerModel):
     feeding = Feeding(
         seq2seq="source_sep_target", lm="causal", classification="last", pools=("last", "mean")
     )
+    causal_attention = True
 
     def __init__(self, cfg: ModelConfig, task: str = "lm") -> None:
         super().__init__(cfg, task)
@@ -154,6 +155,7 @@ class EncoderDecoder(TransformerModel):
             "use model=decoder_only (causal LM) or model=encoder_only (masked LM)",
         },
     )
+    causal_attention = True  # the decoder's
 
     def __init__(self, cfg: ModelConfig, task: str = "seq2seq") -> None:
         super().__init__(cfg, task)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -89,6 +90,10 @@ class AttentionInputs:
     is_causal: bool = False  # pure causal, no padding: the fused kernel's fast path
     # a score term from the layer's own q and k (Transformer-XL): (q, k) -> (B, H, Tq, Tk)
     scores: Callable[[Tensor, Tensor], Tensor] | None = None
+    # for model.attention kinds other than full, which build their own pattern: the keys
+    # that are not padding (B, Tk) over the whole history, and the first query's key index
+    key_real: Tensor | None = None
+    q_offset: int = 0
 
 
 class ProjectionRows:
@@ -154,8 +159,12 @@ class MultiHeadAttention(nn.Module):
     def __init__(
         self, d_model: int, n_heads: int, dropout: float = 0.0, impl: str = "sdpa",
         n_kv_heads: int | None = None, qk_norm: bool = False, norm_type: str = "layernorm",
+        kind: Any = None,
     ) -> None:  # fmt: skip
+        """``kind``: a :mod:`attnlab.nn.attention_kinds` kernel for self-attention (None:
+        full attention through the fused or the explicit path)."""
         super().__init__()
+        self.kind = kind
         assert d_model % n_heads == 0, "d_model must be divisible by n_heads"
         self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
         self.n_kv_heads = n_kv_heads or n_heads
@@ -219,6 +228,8 @@ class MultiHeadAttention(nn.Module):
                 q, k = self.q_norm(q), self.k_norm(k)  # type: ignore[misc]
             if inputs.rope is not None:
                 q, k = apply_rotary(q, *inputs.rope), apply_rotary(k, *inputs.rope)
+            if self.kind is not None:
+                return self._output(self._attend_kind(q, k, v, inputs, cache))
             if cache is not None:
                 k, v = append_to_cache(cache, k, v)
         else:  # cross-attention: K, V from the encoder output
@@ -234,9 +245,7 @@ class MultiHeadAttention(nn.Module):
                     k = self.k_norm(k)
                 if cache is not None:
                     cache["cross_k"], cache["cross_v"] = k, v
-        if self.n_kv_heads != self.n_heads:  # each K/V head serves a group of query heads
-            group = self.n_heads // self.n_kv_heads
-            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        k, v = self._repeat_kv(k, v)  # each K/V head serves a group of query heads
         dropout_p = self.dropout if self.training else 0.0
         bias = inputs.bias
         if inputs.scores is not None and memory is None:
@@ -248,8 +257,52 @@ class MultiHeadAttention(nn.Module):
                 self.last_weights = weights.detach()
         else:
             out = fused_attention(q, k, v, inputs.mask, bias, dropout_p, inputs.is_causal)
+        return self._output(out)
+
+    def _output(self, out: Tensor) -> Tensor:
         B, H, T, Dh = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(B, T, H * Dh))
+
+    def _repeat_kv(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        if self.n_kv_heads == self.n_heads:
+            return k, v
+        group = self.n_heads // self.n_kv_heads
+        return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+
+    def _attend_kind(
+        self, q: Tensor, k: Tensor, v: Tensor, inputs: AttentionInputs,
+        cache: dict[str, Tensor] | None,
+    ) -> Tensor:  # fmt: skip
+        """Self-attention through ``self.kind``; with a cache, what the kind needs of the past:
+        (S, Z) for linear attention, the last ``window`` keys for a causal sliding window,
+        every key otherwise. ``attn_impl=math`` takes the kind's explicit reference."""
+        kind, real = self.kind, inputs.key_real
+        dropout_p = self.dropout if self.training else 0.0
+        T = q.size(2)
+        if cache is not None and hasattr(kind, "linear_state"):  # only (S, Z) are kept
+            new_real = None if real is None else real[:, -T:]
+            if "S" in cache:
+                k, v = self._repeat_kv(k, v)
+                S, Z = kind.linear_state(k, v, new_real)
+                cache["S"], cache["Z"] = cache["S"] + S, cache["Z"] + Z
+                return kind.attend_with_state(q, cache["S"], cache["Z"])
+            k, v = self._repeat_kv(k, v)
+            cache["S"], cache["Z"] = kind.linear_state(k, v, new_real)
+            return kind.attend(q, k, v, new_real, 0)
+        if cache is not None:
+            if "k" in cache:
+                k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
+            window = kind.cache_window
+            cache["k"], cache["v"] = (k[:, :, -window:], v[:, :, -window:]) if window else (k, v)
+        q_offset = k.size(2) - T  # the keys end with the queries' own
+        if real is not None:
+            real = real[:, -k.size(2) :]
+        k, v = self._repeat_kv(k, v)
+        if self.impl == "math":
+            from attnlab.nn.attention_kinds import reference_attention
+
+            return reference_attention(kind, q, k, v, real, q_offset)
+        return kind.attend(q, k, v, real, q_offset, dropout_p)
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

@@ -15,6 +15,7 @@ adds them together (GPT-J, Wang & Komatsuzaki 2021; PaLM, Chowdhery et al. 2022,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from torch import Tensor, nn
 
@@ -40,14 +41,23 @@ class LayerSpec:
     n_kv_heads: int | None = None  # grouped-query attention; None: n_heads
     qk_norm: bool = False
     block: str = "sequential"  # sequential | parallel (GPT-J, PaLM)
+    attention_kind: str = "full"  # model.attention, for self-attention
+    kind_spec: Any = None  # its KindSpec (attnlab.nn.attention_kinds)
 
     def residual(self) -> nn.Module:
         return RESIDUALS.get(self.norm)(self.d_model, self.norm_type, self.dropout, self.depth)
 
-    def attention(self) -> MultiHeadAttention:
+    def attention(self, cross: bool = False) -> MultiHeadAttention:
+        """Self-attention with the stack's attention kind; cross-attention is always full."""
+        kind = None
+        if self.attention_kind != "full" and not cross:
+            from attnlab.nn.attention_kinds import ATTENTION_KINDS
+
+            kind = ATTENTION_KINDS.get(self.attention_kind)(self.kind_spec)
         return MultiHeadAttention(
             self.d_model, self.n_heads, self.attn_dropout, self.attn_impl,
             n_kv_heads=self.n_kv_heads, qk_norm=self.qk_norm, norm_type=self.norm_type,
+            kind=kind,
         )  # fmt: skip
 
     def feedforward(self) -> nn.Module:
@@ -73,7 +83,7 @@ class DecoderLayer(nn.Module):
     def __init__(self, spec: LayerSpec, cross_attention: bool) -> None:
         super().__init__()
         self.self_attn, self.attn_residual = spec.attention(), spec.residual()
-        self.cross_attn = spec.attention() if cross_attention else None
+        self.cross_attn = spec.attention(cross=True) if cross_attention else None
         self.cross_residual = spec.residual() if cross_attention else None
         self.ffn, self.ffn_residual = spec.feedforward(), spec.residual()
 

@@ -1,0 +1,135 @@
+"""``model.attention``: every kind inside the three architectures and the ViT.
+
+The efficient path (attn_impl=sdpa) equals the explicit reference path (attn_impl=math:
+softmax with the kind's explicit mask, or the kind's dense formula); causality, padding
+invariance and cached decoding hold for each kind where it applies; a causal sliding
+window's decoding cache keeps only the window.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from attnlab.errors import ConfigError
+from attnlab.models import ModelConfig, build_model
+from attnlab.nn.attention_kinds import ATTENTION_KINDS
+from composed_runs import train_fast
+from test_generation import left_padded_prompts, sources, step_logits
+
+VOCAB = 20
+SMALL = {"window": 3, "attn_block": 4, "n_global": 1, "n_random": 1, "linformer_k": 5}
+KINDS = ATTENTION_KINDS.names()
+CAUSAL_KINDS = [k for k in KINDS if ATTENTION_KINDS.get(k).causal_ok]
+
+
+def make(name: str, attention: str, **overrides: object) -> torch.nn.Module:
+    cfg = {"name": name, "vocab_size": VOCAB, "d_model": 16, "n_heads": 2, "n_layers": 2,
+           "dropout": 0.0, "attention": attention, "pos": "rope", "max_len": 64, **SMALL,
+           **overrides}  # fmt: skip
+    return build_model(ModelConfig.from_dict(cfg)).eval().double()
+
+
+def pair(name: str, attention: str) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """The same weights on the efficient and the reference path."""
+    fast = make(name, attention)
+    slow = make(name, attention, attn_impl="math")
+    slow.load_state_dict(fast.state_dict())
+    return fast, slow
+
+
+def tokens(B: int = 2, T: int = 19) -> torch.Tensor:
+    return torch.randint(6, VOCAB, (B, T), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("attention", KINDS)
+@pytest.mark.parametrize("name", ["encoder_only", "decoder_only", "encoder_decoder"])
+def test_the_efficient_path_equals_the_explicit_one(name: str, attention: str) -> None:
+    if name != "encoder_only" and attention not in CAUSAL_KINDS:
+        with pytest.raises(ConfigError, match="cannot be causal"):
+            make(name, attention)
+        return
+    fast, slow = pair(name, attention)
+    x = tokens()
+    x[1, 13:] = 0  # right padding in one row
+    args = (x, x[:, :11]) if name == "encoder_decoder" else (x,)
+    torch.testing.assert_close(fast(*args), slow(*args), atol=1e-9, rtol=1e-9)
+
+
+@pytest.mark.parametrize("attention", CAUSAL_KINDS)
+def test_a_causal_kind_never_sees_the_future(attention: str) -> None:
+    model = make("decoder_only", attention)
+    x = tokens()
+    changed = x.clone()
+    changed[:, 12:] = 7
+    torch.testing.assert_close(model(x)[:, :12], model(changed)[:, :12])
+
+
+@pytest.mark.parametrize("attention", KINDS)
+def test_padding_changes_nothing_for_the_real_tokens(attention: str) -> None:
+    model = make("encoder_only", attention)
+    x = tokens(1, 12)
+    padded = torch.cat([x, torch.zeros(1, 5, dtype=torch.long)], dim=1)
+    torch.testing.assert_close(model(padded)[:, :12], model(x), atol=1e-9, rtol=1e-9)
+
+
+@pytest.mark.parametrize("attention", CAUSAL_KINDS)
+@pytest.mark.parametrize("name", ["decoder_only", "encoder_decoder"])
+def test_cached_decoding_equals_recomputation(name: str, attention: str) -> None:
+    model = make(name, attention)
+    inputs = sources() if name == "encoder_decoder" else left_padded_prompts()
+    cached = step_logits(model, inputs, use_cache=True)
+    recomputed = step_logits(model, inputs, use_cache=False)
+    torch.testing.assert_close(cached.double(), recomputed.double(), atol=1e-7, rtol=1e-7)
+
+
+def test_a_sliding_window_cache_keeps_only_the_window() -> None:
+    model = make("decoder_only", "sliding_window", window=4)
+    state = model.start_decoding(tokens(2, 3), use_cache=True)
+    for _ in range(12):
+        state.append(state.logits().argmax(-1))
+    layer = state.cache.layers[0]
+    assert layer["k"].size(2) == layer["v"].size(2) == 4  # not 3 + 12
+
+
+def test_linear_attention_decodes_with_a_constant_state() -> None:
+    model = make("decoder_only", "linear")
+    state = model.start_decoding(tokens(2, 3), use_cache=True)
+    state.append(state.logits().argmax(-1))
+    sizes = {k: v.shape for k, v in state.cache.layers[0].items()}
+    for _ in range(5):
+        state.append(state.logits().argmax(-1))
+    assert (
+        set(sizes) == {"S", "Z"} and {k: v.shape for k, v in state.cache.layers[0].items()} == sizes
+    )
+
+
+def test_the_vit_takes_every_bidirectional_kind() -> None:
+    for attention in KINDS:
+        cfg = {"name": "vit", "d_model": 16, "n_heads": 2, "n_layers": 1, "image_size": 8,
+               "channels": 1, "patch_size": 2, "attention": attention, **SMALL}  # fmt: skip
+        model = build_model(ModelConfig.from_dict(cfg), "image_classification")
+        assert model.pooled(torch.randn(2, 1, 8, 8)).shape == (2, 16)
+
+
+@pytest.mark.parametrize("overrides,needle", [
+    ({"name": "decoder_only", "attention": "linformer"}, "cannot be causal"),
+    ({"name": "encoder_only", "attention": "longformer", "pos": "alibi"}, "model.pos=alibi"),
+    ({"name": "decoder_only", "attention": "linear", "prefix_lm": True}, "prefix"),
+    ({"name": "rnn", "attention": "linear"}, "applies to Transformers"),
+    ({"name": "encoder_only", "attention": "sparse"}, "model.attention=sparse"),
+    ({"name": "encoder_only", "attention": "sliding_window", "window": 0}, "model.window=0"),
+])  # fmt: skip
+def test_bad_attention_settings_are_one_line(overrides: dict, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
+        ModelConfig.from_dict({"vocab_size": VOCAB, **overrides})
+
+
+@pytest.mark.parametrize("attention", ["sliding_window", "linear"])
+def test_kinds_train_through_the_configs(attention: str, tmp_path) -> None:
+    result = train_fast(["model=decoder_only", f"model.attention={attention}", "model.pos=rope",
+                         "model.window=4", "data=reverse"], tmp_path)  # fmt: skip
+    assert result["status"] == "completed"
+    assert math.isfinite(result["metrics"]["test/loss"])
