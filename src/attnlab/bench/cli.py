@@ -105,7 +105,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--sizes", help="comma-separated sizes, e.g. baby,d512 (default: "
                         "baby,d512; baby with --quick); a wrong name lists them")  # fmt: skip
-    parser.add_argument("--only", help="comma-separated result keys to run (default: all)")
+    parser.add_argument("--only", help="comma-separated result keys to run (default: all); "
+                        "long_context: step time and peak memory of the attention kinds "
+                        "against sequence length")  # fmt: skip
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     parser.add_argument("--clock", default="wall", choices=CLOCK_NAMES,
                         help="wall time, or this process's CPU time (use with --threads 1 "
@@ -137,6 +139,17 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     only = set(args.only.split(",")) if args.only else None
+    if only and "long_context" in only:  # its own table: time and memory against T
+        from attnlab.bench.long_context import run_long_context
+
+        long_context = run_long_context(args.device, args.quick, args.threads)
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"long_context": long_context}, indent=2))
+            print(f"results: {args.json}")
+        only.discard("long_context")
+        if not only:
+            return 0
     for key in sorted(only or ()):
         if key not in RATIO_MEANING and not key.startswith("kv_cache_speedup_batch"):
             return _fail(
