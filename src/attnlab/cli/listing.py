@@ -36,12 +36,13 @@ def registry_rows() -> list[tuple[str, str, str]]:
     from attnlab.models import ARCHITECTURES
     from attnlab.models.config import INITS
     from attnlab.nn.attention import ATTN_IMPLS
+    from attnlab.nn.attention_kinds import ATTENTION_KINDS
     from attnlab.nn.feedforward import FEEDFORWARDS
     from attnlab.nn.norms import NORM_TYPES, RESIDUALS
     from attnlab.nn.positions import POSITIONS
 
     rows = [("model", name, _first_line(cls)) for name, cls in ARCHITECTURES.items()]
-    for registry in (RESIDUALS, NORM_TYPES, POSITIONS, FEEDFORWARDS):
+    for registry in (RESIDUALS, NORM_TYPES, POSITIONS, FEEDFORWARDS, ATTENTION_KINDS):
         rows += [(registry.key, name, _first_line(cls)) for name, cls in registry.items()]
     impls = {
         "sdpa": "torch's fused scaled_dot_product_attention (flash / memory-efficient)",
