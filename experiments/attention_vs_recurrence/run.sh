@@ -29,4 +29,6 @@ BUCKETS="test/bleu_len_01-10 test/bleu_len_11-15 test/bleu_len_16-20 test/bleu_l
   --plot "$HERE/val_loss.png" > /dev/null
 "$PY" "$HERE/time_to_bleu.py" "$SWEEP" >> "$HERE/results.md"
 "$PY" "$HERE/bleu_by_length_plot.py" "$SWEEP" "$HERE/bleu_by_length.png"
+{ echo; echo "Training throughput, side by side in one process:"; echo; "$PY" "$HERE/throughput.py"; } \
+  >> "$HERE/results.md"
 echo "wrote $HERE/results.md and plots (runs: $SWEEP)"
