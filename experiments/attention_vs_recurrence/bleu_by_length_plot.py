@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
                            for r in group.runs])  # fmt: skip
         mean, sd = np.nanmean(values, 0), np.nanstd(values, 0, ddof=1)
         style = group_style(i)
-        label = group.values[0].removeprefix("study_recurrence_")
+        label = group.settings["experiment_name"].removeprefix("study_recurrence_")
         ax.errorbar(x, mean, yerr=sd, capsize=3, label=label, color=style["color"],
                     linestyle=style["linestyle"], marker="o")  # fmt: skip
     counts = [int(groups[0].runs[0].metrics.get(f"test/n_len_{b}", 0)) for b in BUCKETS]

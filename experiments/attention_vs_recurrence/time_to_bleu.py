@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         print("| --- | ---: | --- | --- | --- |")
         for group in groups:
             hits = [h for h in (seconds_to(r, threshold) for r in group.runs) if h is not None]
-            name = group.values[0]
+            name = group.settings["experiment_name"]
             if not hits:
                 print(f"| {name} | 0/{len(group.runs)} | – | – | – |")
                 continue
