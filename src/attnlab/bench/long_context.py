@@ -3,13 +3,14 @@
 Batch 1, d_model 256, 4 heads, 2 encoder layers (bidirectional, so every kind applies,
 Linformer included), T = 512 … 8192. Contenders: full attention on the explicit path
 (``attn_impl=math``: the T×T scores are materialised), full attention through SDPA,
-and the efficient kinds: sliding_window (w = 256), bigbird (blocks of 64, 2 random),
-linformer (k = 256) and linear.
+and the efficient kinds: sliding_window (w = 256, query blocks of 256), bigbird
+(blocks of 64, 2 random), linformer (k = 256) and linear.
 
 Every point runs in a fresh subprocess, so peak memory is that point's alone: on a
-CPU the peak resident set (``ru_maxrss``) minus the resident set before the model is
-built — what the step adds over the imported libraries; on CUDA the allocator's peak.
-Two steps run; the second is timed. The log-log slope of memory against T is fitted
+CPU the peak resident set (``ru_maxrss``), on CUDA the allocator's peak, each reported
+as what a step at T adds above the peak of a step at T = 64 (weights, gradients and
+libraries included there), so the figure is the memory that grows with T. Two steps
+run at T; the second is timed. The log-log slope of memory against T is fitted
 over the points (≈ 2 for a T×T matrix, ≈ 1 for memory linear in T).
 """
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import resource
 import subprocess
 import sys
@@ -29,7 +29,7 @@ QUICK_LENGTHS = (512, 1024, 2048)
 CONTENDERS: dict[str, dict[str, Any]] = {
     "full (math)": {"attention": "full", "attn_impl": "math"},
     "full (sdpa)": {"attention": "full", "attn_impl": "sdpa"},
-    "sliding_window w=256": {"attention": "sliding_window", "window": 256},
+    "sliding_window w=256": {"attention": "sliding_window", "window": 256, "attn_block": 256},
     "bigbird": {"attention": "bigbird", "attn_block": 64, "n_random": 2},
     "linformer k=256": {"attention": "linformer", "linformer_k": 256},
     "linear": {"attention": "linear"},
@@ -38,49 +38,60 @@ EFFICIENT = ("sliding_window w=256", "linformer k=256", "linear")  # the targets
 REFERENCE = "full (math)"
 
 
-def rss_bytes() -> int:
-    """The current resident set size (Linux /proc; 0 where unknown)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError):
-        return 0
+def training_step(model: Any, tokens: Any, device: str) -> float:
+    """Seconds of one forward + backward pass of the token-level cross-entropy."""
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    logits = model(tokens)
+    vocab = logits.size(-1)
+    loss = torch.nn.functional.cross_entropy(logits.view(-1, vocab).float(), tokens.view(-1))
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def peak_bytes(device: str) -> int:
+    import torch
+
+    if device == "cuda":
+        return int(torch.cuda.max_memory_allocated())
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def measure_point(name: str, length: int, device: str) -> dict[str, float]:
-    """One point, in this process: seconds of the second training step and peak bytes."""
+    """One point, in this process: seconds of a training step at ``length`` and the peak
+    memory it adds.
+
+    The model first takes a step at T = 64, which allocates its weights and gradients
+    and loads every kernel library; the peak after it is the floor, and ``peak_bytes`` is
+    how far the step at ``length`` (timed on its second run) raises the peak above it:
+    the memory that depends on the sequence length.
+    """
     import torch
 
     from attnlab.models import ModelConfig, build_model
 
     torch.manual_seed(0)
-    before = rss_bytes()
     settings = dict(
         name="encoder_only", vocab_size=256, d_model=256, n_heads=4, n_layers=2, dropout=0.0,
-        pos="rope", max_len=length, tie_embeddings=True, **CONTENDERS[name],
+        pos="rope", max_len=max(length, 64), tie_embeddings=True, **CONTENDERS[name],
     )  # fmt: skip
     model = build_model(ModelConfig.from_dict(settings), "lm").to(device)
+    training_step(model, torch.randint(6, 256, (1, 64), device=device), device)
+    floor = peak_bytes(device)
     tokens = torch.randint(6, 256, (1, length), device=device)
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-    seconds = 0.0
-    for _ in range(2):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        logits = model(tokens)
-        loss = torch.nn.functional.cross_entropy(logits.view(-1, 256).float(), tokens.view(-1))
-        loss.backward()
-        model.zero_grad(set_to_none=True)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        seconds = time.perf_counter() - start
-    if device == "cuda":
-        peak = torch.cuda.max_memory_allocated() - base
-    else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
-    return {"seconds": seconds, "peak_bytes": float(peak)}
+    training_step(model, tokens, device)
+    seconds = training_step(model, tokens, device)
+    return {
+        "seconds": seconds,
+        "peak_bytes": float(peak_bytes(device) - floor),
+        "floor_bytes": float(floor),
+    }
 
 
 def run_point(name: str, length: int, device: str, threads: int | None) -> dict[str, Any]:
