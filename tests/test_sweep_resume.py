@@ -115,7 +115,16 @@ def test_a_sigkilled_joblib_sweep_resumes_to_the_same_results_as_an_uninterrupte
     deadline = time.monotonic() + 300
     while len(list(killed.glob("*/summary.json"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
-    time.sleep(0.5)  # the next two jobs are training now
+
+    def mid_training() -> bool:  # a job with a checkpoint but no summary yet
+        jobs = killed.glob("*")
+        return any(
+            (job / "checkpoints" / "last.ckpt").is_file() and not (job / "summary.json").is_file()
+            for job in jobs
+        )
+
+    while not mid_training() and time.monotonic() < deadline:
+        time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     finish(proc)
     done = len(list(killed.glob("*/summary.json")))
