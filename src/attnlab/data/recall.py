@@ -25,8 +25,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 
 from attnlab.data.base import NUM_SPECIAL, AttnlabDataModule
-from attnlab.data.sampling import EpochRandomSampler, ResumableDataLoader
-from attnlab.data.synthetic import SPLIT_OFFSETS, SymbolTokenizer
+from attnlab.data.synthetic import SPLIT_OFFSETS, SymbolTokenizer, seeded_loader
 from attnlab.errors import ConfigError
 
 IGNORE = -100
@@ -123,15 +122,8 @@ class AssociativeRecallDataModule(AttnlabDataModule):
         return {key: torch.stack([b[key] for b in batch]) for key in batch[0]}
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        generator = torch.Generator().manual_seed(self.seed)
-        if shuffle:
-            sampler = EpochRandomSampler(self.splits[split], seed=self.seed)
-            return ResumableDataLoader(
-                self.splits[split], batch_size=self.batch_size, sampler=sampler,
-                collate_fn=self.collate, num_workers=self.num_workers, generator=generator,
-            )  # fmt: skip
-        return DataLoader(self.splits[split], batch_size=self.batch_size, shuffle=False,
-                          collate_fn=self.collate, num_workers=self.num_workers)  # fmt: skip
+        return seeded_loader(self.splits[split], self.batch_size, self.collate,
+                             self.num_workers, self.seed, shuffle)  # fmt: skip
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", shuffle=True)

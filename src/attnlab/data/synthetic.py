@@ -77,6 +77,23 @@ def majority_label(src: list[int]) -> int:
     return int(np.argmax(counts))  # argmax takes the first maximum: ties → smallest
 
 
+def seeded_loader(
+    examples: list, batch_size: int, collate: Callable, num_workers: int, seed: int,
+    shuffle: bool,
+) -> DataLoader:  # fmt: skip
+    """A loader over in-memory examples; shuffled, the order of epoch e depends on (seed, e)
+    only, so a run resumes mid-epoch exactly."""
+    generator = torch.Generator().manual_seed(seed)
+    if shuffle:
+        sampler = EpochRandomSampler(examples, seed=seed)
+        return ResumableDataLoader(
+            examples, batch_size=batch_size, sampler=sampler, collate_fn=collate,
+            num_workers=num_workers, generator=generator,
+        )  # fmt: skip
+    return DataLoader(examples, batch_size=batch_size, shuffle=False, collate_fn=collate,
+                      num_workers=num_workers, generator=generator)  # fmt: skip
+
+
 class SyntheticDataModule(AttnlabDataModule):
     """Seeded synthetic data for one of the five tasks above, padded per batch."""
 
@@ -153,17 +170,8 @@ class SyntheticDataModule(AttnlabDataModule):
         return out
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        generator = torch.Generator().manual_seed(self.seed)
-        if shuffle:  # the order of epoch e depends on (seed, e) only: resumable mid-epoch
-            sampler = EpochRandomSampler(self.splits[split], seed=self.seed)
-            return ResumableDataLoader(
-                self.splits[split], batch_size=self.batch_size, sampler=sampler,
-                collate_fn=self.collate, num_workers=self.num_workers, generator=generator,
-            )  # fmt: skip
-        return DataLoader(
-            self.splits[split], batch_size=self.batch_size, shuffle=False,
-            collate_fn=self.collate, num_workers=self.num_workers, generator=generator,
-        )  # fmt: skip
+        return seeded_loader(self.splits[split], self.batch_size, self.collate,
+                             self.num_workers, self.seed, shuffle)  # fmt: skip
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", shuffle=True)

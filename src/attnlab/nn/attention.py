@@ -281,13 +281,12 @@ class MultiHeadAttention(nn.Module):
         T = q.size(2)
         if cache is not None and hasattr(kind, "linear_state"):  # only (S, Z) are kept
             new_real = None if real is None else real[:, -T:]
-            if "S" in cache:
-                k, v = self._repeat_kv(k, v)
-                S, Z = kind.linear_state(k, v, new_real)
+            k, v = self._repeat_kv(k, v)
+            S, Z = kind.linear_state(k, v, new_real)
+            if "S" in cache:  # one more token: add its state, attend with the sums
                 cache["S"], cache["Z"] = cache["S"] + S, cache["Z"] + Z
                 return kind.attend_with_state(q, cache["S"], cache["Z"])
-            k, v = self._repeat_kv(k, v)
-            cache["S"], cache["Z"] = kind.linear_state(k, v, new_real)
+            cache["S"], cache["Z"] = S, Z  # the prompt: its causal outputs, then its state
             return kind.attend(q, k, v, new_real, 0)
         if cache is not None:
             if "k" in cache:

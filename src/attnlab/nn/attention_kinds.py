@@ -230,6 +230,19 @@ def _window_loop(
     return torch.cat(outs, dim=2)
 
 
+def _global_rows(
+    out: Tensor, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None, n_rows: int,
+    dropout_p: float,
+) -> Tensor:  # fmt: skip
+    """``out`` with its first ``n_rows`` query rows (global queries, which attend to every
+    key) recomputed densely."""
+    n_rows = min(max(n_rows, 0), q.size(2))
+    if not n_rows:
+        return out
+    rows = _dense_rows(q[:, :, :n_rows], k, v, key_real, dropout_p)
+    return torch.cat([rows, out[:, :, n_rows:]], dim=2)
+
+
 def _dense_rows(
     q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None, dropout_p: float
 ) -> Tensor:
@@ -301,11 +314,9 @@ class LongformerAttention(AttentionKind):
         out = _window_blocks(
             q, k, v, key_real, q_offset, s.window, s.block, s.causal, dropout_p, s.n_global
         )
-        n_global_rows = min(max(s.n_global - q_offset, 0), q.size(2))
-        if self.causal or not n_global_rows:  # causal global rows: the window path is exact
-            return out
-        rows = _dense_rows(q[:, :, :n_global_rows], k, v, key_real, dropout_p)
-        return torch.cat([rows, out[:, :, n_global_rows:]], dim=2)
+        # causal global rows see only earlier keys: the window path is exact for them
+        return out if self.causal else _global_rows(out, q, k, v, key_real, s.n_global - q_offset,
+                                                   dropout_p)  # fmt: skip
 
     def mask(
         self, Tq: int, Tk: int, q_offset: int = 0, device: torch.device | None = None
@@ -393,11 +404,8 @@ class BigBirdAttention(AttentionKind):
             mask = mask & real[:, 0, :, None, :, 0]
         out = _attend_masked(qb, kb, vb, mask.unsqueeze(1), dropout_p)
         out = out.reshape(B, H, n * b, d)[:, :, lead : lead + Tq]
-        n_global_rows = min(max(b - q_offset, 0), Tq)
-        if self.causal or not n_global_rows:
-            return out
-        rows = _dense_rows(q[:, :, :n_global_rows], k, v, key_real, dropout_p)
-        return torch.cat([rows, out[:, :, n_global_rows:]], dim=2)
+        return out if self.causal else _global_rows(out, q, k, v, key_real, b - q_offset,
+                                                   dropout_p)  # fmt: skip
 
     def mask(
         self, Tq: int, Tk: int, q_offset: int = 0, device: torch.device | None = None
