@@ -65,6 +65,36 @@ def test_grouped_query_attention_equals_mha_with_repeated_kv_heads(n_kv_heads: i
 
 
 @pytest.mark.parametrize("n_kv_heads", [1, 2])
+@pytest.mark.parametrize("case", ["decoding step, padding mask and head bias", "no mask"])
+def test_grouped_attention_reads_kv_heads_without_copying_them(
+    n_kv_heads: int, case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fused path folds each group of query heads into query rows of its K/V head;
+    it equals the explicit path, which repeats the K/V heads, and never repeats them."""
+    torch.manual_seed(0)
+    d, H, B = 32, 4, 2
+    fused = MultiHeadAttention(d, H, impl="sdpa", n_kv_heads=n_kv_heads).double().eval()
+    explicit = MultiHeadAttention(d, H, impl="math", n_kv_heads=n_kv_heads).double().eval()
+    explicit.load_state_dict(fused.state_dict())
+    if case == "no mask":
+        x, inputs = torch.randn(B, 5, d, dtype=torch.float64), AttentionInputs()
+    else:  # one new token against 6 cached keys, the first key of row 0 padding
+        x, Tk = torch.randn(B, 1, d, dtype=torch.float64), 6
+        mask = torch.ones(B, 1, 1, Tk, dtype=torch.bool)
+        mask[0, ..., 0] = False
+        bias = torch.randn(1, H, 1, Tk, dtype=torch.float64)
+        inputs = AttentionInputs(mask=mask, bias=bias)
+    memory = torch.randn(B, 6, d, dtype=torch.float64) if case != "no mask" else None
+    expected = explicit(x, inputs, memory=memory)
+
+    def no_repeat(*args: object) -> None:
+        raise AssertionError("K/V heads repeated")
+
+    monkeypatch.setattr(fused, "_repeat_kv", no_repeat)
+    torch.testing.assert_close(fused(x, inputs, memory=memory), expected)
+
+
+@pytest.mark.parametrize("n_kv_heads", [1, 2])
 def test_the_kv_cache_keeps_only_the_kv_heads(n_kv_heads: int) -> None:
     full, grouped = make("decoder_only"), make("decoder_only", n_kv_heads=n_kv_heads)
     sizes = {}
@@ -79,7 +109,8 @@ def test_the_kv_cache_keeps_only_the_kv_heads(n_kv_heads: int) -> None:
 
 @pytest.mark.parametrize("name,options", [
     (name, options) for name in ("decoder_only", "encoder_decoder")
-    for options in ({"n_kv_heads": 1}, {"n_kv_heads": 2, "qk_norm": True}, {"block": "parallel"})
+    for options in ({"n_kv_heads": 1}, {"n_kv_heads": 2, "qk_norm": True}, {"block": "parallel"},
+                    {"n_kv_heads": 2, "pos": "alibi"}, {"n_kv_heads": 1, "pos": "t5_relative"})
     if not (name == "encoder_decoder" and "block" in options)  # refused: no cross-attention
 ])  # fmt: skip
 def test_cached_decoding_equals_recomputation(name: str, options: dict) -> None:

@@ -88,9 +88,15 @@ CONFIG_CASES: dict[str, tuple[list[str], str]] = {
     ),  # fmt: skip
     "lightning_refuses": (["trainer.limit_train_batches=1.5"], "limit_train_batches"),
     "real_key_needs_plus": (["trainer.strategy=ddp"], "+trainer.strategy=ddp"),
+    "flex_on_cpu": (
+        ["model.attention=sliding_window", "model.attn_impl=flex"],
+        "model.attn_impl=flex has no backward pass on CPU",
+    ),  # fmt: skip
 }
 # refused after Hydra made the run directory (the job itself found it): a failed summary
-IN_THE_JOB = ("encoder_only_seq2seq", "lightning_refuses", "wandb_log_model_offline")
+IN_THE_JOB = (
+    "encoder_only_seq2seq", "lightning_refuses", "wandb_log_model_offline", "flex_on_cpu",
+)  # fmt: skip
 
 
 def logs_with_an_earlier_run(root: Path) -> Path:

@@ -63,9 +63,18 @@ def peak_bytes(device: str) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def measure_point(name: str, length: int, device: str) -> dict[str, float]:
+BENCH_SHAPE: dict[str, Any] = dict(
+    name="encoder_only", vocab_size=256, d_model=256, n_heads=4, n_layers=2, dropout=0.0,
+    pos="rope", tie_embeddings=True,
+)  # fmt: skip
+
+
+def measure_point(
+    name: str, length: int, device: str, shape: dict[str, Any] | None = None, batch: int = 1
+) -> dict[str, float]:
     """One point, in this process: seconds of a training step at ``length`` and the peak
-    memory it adds.
+    memory it adds. ``shape``: model settings in place of ``BENCH_SHAPE`` (a study's own);
+    ``name``: a contender of ``CONTENDERS`` or, with ``shape``, a label only.
 
     The model first takes a step at T = 64, which allocates its weights and gradients
     and loads every kernel library; the peak after it is the floor, and ``peak_bytes`` is
@@ -77,14 +86,13 @@ def measure_point(name: str, length: int, device: str) -> dict[str, float]:
     from attnlab.models import ModelConfig, build_model
 
     torch.manual_seed(0)
-    settings = dict(
-        name="encoder_only", vocab_size=256, d_model=256, n_heads=4, n_layers=2, dropout=0.0,
-        pos="rope", max_len=max(length, 64), tie_embeddings=True, **CONTENDERS[name],
-    )  # fmt: skip
+    settings = {**BENCH_SHAPE, **(CONTENDERS[name] if shape is None else shape)}
+    settings["max_len"] = max(length, 64)
     model = build_model(ModelConfig.from_dict(settings), "lm").to(device)
-    training_step(model, torch.randint(6, 256, (1, 64), device=device), device)
+    vocab = settings["vocab_size"]
+    training_step(model, torch.randint(6, vocab, (batch, 64), device=device), device)
     floor = peak_bytes(device)
-    tokens = torch.randint(6, 256, (1, length), device=device)
+    tokens = torch.randint(6, vocab, (batch, length), device=device)
     training_step(model, tokens, device)
     seconds = training_step(model, tokens, device)
     return {
@@ -94,14 +102,21 @@ def measure_point(name: str, length: int, device: str) -> dict[str, float]:
     }
 
 
-def run_point(name: str, length: int, device: str, threads: int | None) -> dict[str, Any]:
+def run_point(
+    name: str,
+    length: int,
+    device: str,
+    threads: int | None,
+    shape: dict[str, Any] | None = None,
+    batch: int = 1,
+) -> dict[str, Any]:
     """``measure_point`` in a fresh interpreter; {"error": …} when it fails (out of memory)."""
     set_threads = f"torch.set_num_threads({threads})" if threads else ""
     code = (
         "import json, sys, torch\n"
         f"{set_threads}\n"
         "from attnlab.bench.long_context import measure_point\n"
-        f"print(json.dumps(measure_point({name!r}, {length}, {device!r})))\n"
+        f"print(json.dumps(measure_point({name!r}, {length}, {device!r}, {shape!r}, {batch})))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if proc.returncode != 0:

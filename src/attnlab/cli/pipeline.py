@@ -108,6 +108,17 @@ def check_memory(model: dict[str, Any], accelerator: str, task: str | None = Non
         )
 
 
+def check_flex(model: dict[str, Any], accelerator: str, train: bool) -> None:
+    """model.attn_impl=flex trains only on CUDA: torch has no FlexAttention backward on CPU."""
+    import torch
+
+    from attnlab.nn.flex import CPU_BACKWARD
+
+    on_gpu = accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available()
+    if model.get("attn_impl") == "flex" and train and not on_gpu:
+        raise ConfigError(CPU_BACKWARD)
+
+
 def model_settings(cfg: DictConfig, datamodule: AttnlabDataModule) -> dict[str, Any]:
     """``model.*`` with what only the data knows: the vocabulary size, and an image data
     module's ``model_inputs`` (image size, channels, patch size)."""
@@ -117,7 +128,9 @@ def model_settings(cfg: DictConfig, datamodule: AttnlabDataModule) -> dict[str, 
 
 def build_task(cfg: DictConfig, datamodule: AttnlabDataModule) -> Task:
     model = model_settings(cfg, datamodule)
-    check_memory(model, str(cfg.trainer.get("accelerator", "cpu")), datamodule.task)
+    accelerator = str(cfg.trainer.get("accelerator", "cpu"))
+    check_memory(model, accelerator, datamodule.task)
+    check_flex(model, accelerator, bool(cfg.get("train", True)))
     return task_class(datamodule.task)(
         model=model,
         optim=container(cfg.optim),

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-ATTN_IMPLS = ("sdpa", "math")
+ATTN_IMPLS = ("sdpa", "math", "flex")  # flex: the sparse kinds through FlexAttention
 
 
 def math_attention(
@@ -245,9 +245,11 @@ class MultiHeadAttention(nn.Module):
                     k = self.k_norm(k)
                 if cache is not None:
                     cache["cross_k"], cache["cross_v"] = k, v
-        k, v = self._repeat_kv(k, v)  # each K/V head serves a group of query heads
         dropout_p = self.dropout if self.training else 0.0
         bias = inputs.bias
+        if self._folds_groups(q, inputs, memory):
+            return self._output(self._grouped_attention(q, k, v, inputs.mask, bias, dropout_p))
+        k, v = self._repeat_kv(k, v)  # each K/V head serves a group of query heads
         if inputs.scores is not None and memory is None:
             term = inputs.scores(q, k)
             bias = term if bias is None else bias + term
@@ -263,6 +265,38 @@ class MultiHeadAttention(nn.Module):
         B, H, T, Dh = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(B, T, H * Dh))
 
+    def _folds_groups(self, q: Tensor, inputs: AttentionInputs, memory: Tensor | None) -> bool:
+        """Whether grouped-query attention can skip copying K and V (``_grouped_attention``):
+        the fused path, no causal flag and no score hook, and either one query row (a
+        decoding step) or neither mask nor bias (nothing to repeat per head)."""
+        if self.n_kv_heads == self.n_heads or self.impl == "math" or self.record_weights:
+            return False
+        if inputs.is_causal or (inputs.scores is not None and memory is None):
+            return False
+        extra = [t for t in (inputs.mask, inputs.bias) if t is not None]
+        return all(t.dim() == 4 for t in extra) and (q.size(2) == 1 or not extra)
+
+    def _grouped_attention(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None,
+        dropout_p: float,
+    ) -> Tensor:  # fmt: skip
+        """Grouped-query attention without repeating K and V (Ainslie et al. 2023, §2.2):
+        the g = H / H_kv query heads that share K/V head j are g·T_q query rows of head j,
+        so one SDPA call over (B, H_kv, g·T_q, d_h) queries computes the same products as
+        repeating each K/V head g times, while reading the cache once per K/V head. The
+        mask and bias, (B|1, 1|H, T_q, T_k), are laid out the same way."""
+        B, H, Tq, Dh = q.shape
+        Hkv = self.n_kv_heads
+
+        def fold(t: Tensor | None) -> Tensor | None:
+            if t is None:
+                return None
+            return t.expand(t.size(0), H, Tq, t.size(-1)).reshape(t.size(0), Hkv, -1, t.size(-1))
+
+        q = q.reshape(B, Hkv, (H // Hkv) * Tq, Dh)
+        out = fused_attention(q, k, v, fold(mask), fold(bias), dropout_p)
+        return out.view(B, H, Tq, Dh)
+
     def _repeat_kv(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         if self.n_kv_heads == self.n_heads:
             return k, v
@@ -275,7 +309,9 @@ class MultiHeadAttention(nn.Module):
     ) -> Tensor:  # fmt: skip
         """Self-attention through ``self.kind``; with a cache, what the kind needs of the past:
         (S, Z) for linear attention, the last ``window`` keys for a causal sliding window,
-        every key otherwise. ``attn_impl=math`` takes the kind's explicit reference."""
+        every key otherwise. ``attn_impl=math`` takes the kind's explicit reference; the
+        sparse kinds go through FlexAttention on CUDA or with ``attn_impl=flex``
+        (:mod:`attnlab.nn.flex`), through their blocked kernels otherwise."""
         kind, real = self.kind, inputs.key_real
         dropout_p = self.dropout if self.training else 0.0
         T = q.size(2)
@@ -301,6 +337,10 @@ class MultiHeadAttention(nn.Module):
             from attnlab.nn.attention_kinds import reference_attention
 
             return reference_attention(kind, q, k, v, real, q_offset)
+        from attnlab.nn import flex
+
+        if flex.uses_flex(kind, self.impl, q, dropout_p):
+            return flex.flex_attend(kind, q, k, v, real, q_offset)
         return kind.attend(q, k, v, real, q_offset, dropout_p)
 
 

@@ -85,10 +85,26 @@ class AttentionKind(nn.Module):
     def mask(
         self, Tq: int, Tk: int, q_offset: int = 0, device: torch.device | None = None
     ) -> Tensor | None:
-        """(Tq, Tk) bool, True where query q_offset + i may see key j; None: every key."""
+        """(Tq, Tk) bool, True where query q_offset + i may see key j; None: every key.
+
+        Built from ``pattern()``, so a new softmax kind defines only its rule; the kinds
+        without a pattern (linformer, linear) are causal or see every key."""
+        own_rule = self.pattern is not None and type(self).pattern is not AttentionKind.pattern
+        if own_rule:
+            rule = self.pattern(Tq, Tk, q_offset, device)
+            return _positions(Tq, Tk, q_offset, device, rule).expand(Tq, Tk)
         if not self.causal:
             return None
         return _positions(Tq, Tk, q_offset, device, lambda i, j: j <= i)
+
+    def pattern(
+        self, Tq: int, Tk: int, q_offset: int = 0, device: torch.device | None = None
+    ) -> Rule | None:
+        """``mask()`` as a rule on (absolute query position, key position), elementwise on
+        tensors of any shape: what FlexAttention's ``mask_mod`` evaluates per block
+        (``attnlab.nn.flex``). None: the kind is not a softmax over a key pattern
+        (linformer, linear) and has no FlexAttention path."""
+        return (lambda i, j: j <= i) if self.causal else (lambda i, j: j >= 0)
 
     def reference(
         self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None, q_offset: int = 0
@@ -290,10 +306,10 @@ class SlidingWindowAttention(AttentionKind):
         s = self.spec
         return _window_loop(q, k, v, key_real, q_offset, s.window, s.block, s.causal, dropout_p)
 
-    def mask(
+    def pattern(
         self, Tq: int, Tk: int, q_offset: int = 0, device: torch.device | None = None
-    ) -> Tensor:
-        return _positions(Tq, Tk, q_offset, device, _window_rule(self.spec.window, self.causal))
+    ) -> Rule:
+        return _window_rule(self.spec.window, self.causal)
 
 
 @ATTENTION_KINDS.register("longformer")
@@ -318,16 +334,13 @@ class LongformerAttention(AttentionKind):
         return out if self.causal else _global_rows(out, q, k, v, key_real, s.n_global - q_offset,
                                                    dropout_p)  # fmt: skip
 
-    def mask(
+    def pattern(
         self, Tq: int, Tk: int, q_offset: int = 0, device: torch.device | None = None
-    ) -> Tensor:
+    ) -> Rule:
         window, g = _window_rule(self.spec.window, False), self.spec.n_global
-        pattern = _positions(
-            Tq, Tk, q_offset, device, lambda i, j: window(i, j) | (j < g) | (i < g)
-        )
         if self.causal:
-            pattern &= _positions(Tq, Tk, q_offset, device, lambda i, j: j <= i)
-        return pattern
+            return lambda i, j: (window(i, j) | (j < g)) & (j <= i)
+        return lambda i, j: window(i, j) | (j < g) | (i < g)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -419,6 +432,21 @@ class BigBirdAttention(AttentionKind):
             return pattern & _positions(Tq, Tk, q_offset, device, lambda i, j: j <= i)
         return pattern | _positions(Tq, Tk, q_offset, device, lambda i, j: i < b)
 
+    def pattern(
+        self, Tq: int, Tk: int, q_offset: int = 0, device: torch.device | None = None
+    ) -> Rule:
+        """A lookup in the (query block, key block) table of ``_layout``: O(T²/b²) booleans."""
+        b = self.spec.block
+        _, n, n_kb, index = self._layout(Tq, Tk, q_offset)
+        blocks = torch.zeros(n, n_kb + 1, dtype=torch.bool).scatter_(1, index, True).to(device)
+        first = q_offset // b  # the table's row 0 is this absolute query block
+
+        def rule(i: Tensor, j: Tensor) -> Tensor:
+            seen = blocks[i // b - first, j // b]
+            return seen & (j <= i) if self.causal else seen | (i < b)
+
+        return rule
+
 
 @ATTENTION_KINDS.register("linformer")
 class LinformerAttention(AttentionKind):
@@ -433,6 +461,7 @@ class LinformerAttention(AttentionKind):
     """
 
     causal_ok, has_params = False, True
+    pattern = None  # type: ignore[assignment]  # not a softmax over a key pattern
     causal_error = (
         "model.attention=linformer mixes every position into its k projections, so it "
         "cannot be causal; use it with model=encoder_only or vit, or choose "
@@ -489,6 +518,7 @@ class LinearAttention(AttentionKind):
     """
 
     chunk = 64
+    pattern = None  # type: ignore[assignment]  # no softmax: no FlexAttention path
 
     def phi_keys(self, k: Tensor, key_real: Tensor | None) -> Tensor:
         keys = elu_feature_map(k)

@@ -1,0 +1,105 @@
+"""The sparse attention kinds through FlexAttention (``torch.nn.attention.flex_attention``).
+
+A kind's ``pattern()`` — which key j an absolute query position i may see — becomes
+FlexAttention's ``mask_mod``; ``create_block_mask`` evaluates it once per (128 × 128)
+tile and keeps only the tiles with a visible key, so the compiled kernel skips the others
+and never materialises (T_q, T_k) (Dong et al. 2024, "Flex Attention", §3). Padding
+(``key_real``) joins the pattern as a lookup per batch row.
+
+Where it runs: ``model.attn_impl=sdpa`` (the default) sends the sparse kinds
+(sliding_window, longformer, bigbird) here on CUDA when no attention dropout is
+asked for and at least ``MIN_QUERIES`` queries come at once (a decoding step takes the
+blocked kernel, whose per-step cost is smaller than a new block mask's).
+``model.attn_impl=flex`` sends every softmax kind here on any device: on CPU torch 2.13
+computes FlexAttention's forward pass only (no backward), which is how the tests check
+it against the explicit reference. FlexAttention has no dropout; with ``attn_dropout``
+> 0 the blocked kernels are used.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from attnlab.errors import ConfigError
+
+if TYPE_CHECKING:
+    from attnlab.nn.attention_kinds import AttentionKind
+
+MIN_QUERIES = 128  # fewer queries at once (decoding): the blocked kernel
+CPU_BACKWARD = (
+    "model.attn_impl=flex has no backward pass on CPU (torch's FlexAttention computes "
+    "only the forward there); train with model.attn_impl=sdpa (the blocked kernels) on "
+    "CPU, or on a CUDA device"
+)
+
+
+def available() -> bool:
+    try:
+        import torch.nn.attention.flex_attention  # noqa: F401
+    except ImportError:  # torch < 2.5
+        return False
+    return True
+
+
+@functools.cache
+def _kernel(device_type: str) -> Any:
+    """flex_attention, compiled on CUDA (the fused kernel); eager elsewhere (CPU inference)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False) if device_type == "cuda" else flex_attention
+
+
+def uses_flex(kind: AttentionKind, impl: str, q: Tensor, dropout_p: float) -> bool:
+    """Whether ``MultiHeadAttention`` computes this kind through FlexAttention."""
+    if kind.pattern is None or not available():
+        return False
+    if impl == "flex":
+        return True
+    from attnlab.nn.attention_kinds import FullAttention
+
+    sparse = not isinstance(kind, FullAttention)  # full attention keeps SDPA's flash kernel
+    return impl == "sdpa" and sparse and q.is_cuda and dropout_p == 0.0 and q.size(2) >= MIN_QUERIES
+
+
+def block_mask(
+    kind: AttentionKind, Tq: int, Tk: int, q_offset: int, key_real: Tensor | None,
+    device: torch.device,
+) -> Any:  # fmt: skip
+    """FlexAttention's BlockMask of ``kind.pattern()`` and the padding."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    rule = kind.pattern(Tq, Tk, q_offset, device)
+    assert rule is not None
+
+    if key_real is None:
+
+        def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            return rule(q_idx + q_offset, kv_idx)
+
+        batch = None
+    else:
+
+        def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            return rule(q_idx + q_offset, kv_idx) & key_real[b, kv_idx]
+
+        batch = key_real.size(0)
+    return create_block_mask(mask_mod, batch, None, Tq, Tk, device=device)
+
+
+def flex_attend(
+    kind: AttentionKind, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None,
+    q_offset: int = 0,
+) -> Tensor:  # fmt: skip
+    """softmax(QKᵀ/√d + M)V with M = ``kind.pattern()`` and padding, (B, H, T_q, d).
+
+    A query that sees no key gets a zero output, as in the other paths.
+    """
+    if q.device.type != "cuda" and torch.is_grad_enabled() and q.requires_grad:
+        raise ConfigError(CPU_BACKWARD)
+    mask = block_mask(kind, q.size(2), k.size(2), q_offset, key_real, q.device)
+    out = _kernel(q.device.type)(q, k, v, block_mask=mask)
+    return out.to(q.dtype)

@@ -1,0 +1,103 @@
+"""The FlexAttention path of the sparse kinds (attnlab.nn.flex): each kind's ``pattern()``
+is its ``mask()``, and FlexAttention with that pattern as ``mask_mod`` equals the explicit
+reference. On CPU torch computes only FlexAttention's forward pass, so these run under
+no_grad; on CUDA the same code is compiled (model.attn_impl=sdpa picks it there)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnlab.errors import ConfigError
+from attnlab.models import ModelConfig, build_model
+from attnlab.nn import flex
+from attnlab.nn.attention_kinds import ATTENTION_KINDS, KindSpec, _positions, reference_attention
+
+pytestmark = pytest.mark.skipif(not flex.available(), reason="torch without FlexAttention")
+
+SOFTMAX_KINDS = ["full", "sliding_window", "longformer", "bigbird"]
+CASES = [(n, c) for n in SOFTMAX_KINDS for c in (True, False)]
+D_HEAD = 8
+
+
+def make(name: str, causal: bool) -> object:
+    spec = KindSpec(causal=causal, window=16, block=8, n_global=2, n_random=2, seed=3,
+                    d_head=D_HEAD, n_heads=2)  # fmt: skip
+    return ATTENTION_KINDS.get(name)(spec)
+
+
+def test_only_the_softmax_kinds_have_a_pattern() -> None:
+    with_pattern = [n for n, cls in ATTENTION_KINDS.items() if cls.pattern is not None]
+    assert sorted(with_pattern) == sorted(SOFTMAX_KINDS)
+
+
+@pytest.mark.parametrize(("name", "causal"), CASES)
+@pytest.mark.parametrize(("Tq", "Tk", "q_offset"), [(40, 40, 0), (1, 57, 56), (9, 70, 61)])
+def test_the_pattern_rule_is_the_mask(
+    name: str, causal: bool, Tq: int, Tk: int, q_offset: int
+) -> None:
+    kind = make(name, causal)
+    expected = kind.mask(Tq, Tk, q_offset)
+    if expected is None:
+        expected = torch.ones(Tq, Tk, dtype=torch.bool)
+    rule = kind.pattern(Tq, Tk, q_offset)
+    assert torch.equal(_positions(Tq, Tk, q_offset, None, rule).expand(Tq, Tk), expected)
+
+
+def qkv(Tq: int, Tk: int) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(0)
+    return tuple(torch.randn(2, 2, t, D_HEAD, generator=g) for t in (Tq, Tk, Tk))
+
+
+@pytest.mark.parametrize(("name", "causal"), CASES)
+@pytest.mark.parametrize("padded", [False, True], ids=["dense", "padded"])
+def test_flex_attention_equals_the_reference(name: str, causal: bool, padded: bool) -> None:
+    T = 70  # not a multiple of FlexAttention's 128-row tiles, nor of the kinds' blocks
+    kind, (q, k, v) = make(name, causal), qkv(T, T)
+    key_real = None
+    if padded:  # row 0 right-padded; row 1 left-padded, so its first queries see no key
+        key_real = torch.ones(2, T, dtype=torch.bool)
+        key_real[0, 50:] = False
+        key_real[1, :30] = False
+    with torch.no_grad():
+        expected = reference_attention(kind, q, k, v, key_real)
+        got = flex.flex_attend(kind, q, k, v, key_real)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["sliding_window", "longformer", "bigbird"])
+def test_flex_attention_of_a_decoding_step_equals_the_reference(name: str) -> None:
+    kind, (q, k, v) = make(name, True), qkv(3, 75)  # 3 new queries after 72 cached keys
+    with torch.no_grad():
+        expected = reference_attention(kind, q, k, v, None, 72)
+        got = flex.flex_attend(kind, q, k, v, None, 72)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("arch", "kind"), [("decoder_only", "sliding_window"),
+                                            ("encoder_only", "bigbird"),
+                                            ("encoder_only", "longformer")])  # fmt: skip
+def test_a_model_on_attn_impl_flex_equals_the_blocked_kernels(arch: str, kind: str) -> None:
+    settings = dict(name=arch, vocab_size=40, d_model=32, n_heads=4, n_layers=2, dropout=0.0,
+                    attention=kind, window=12, attn_block=8, n_global=2, max_len=64)  # fmt: skip
+    models = {}
+    for impl in ("sdpa", "flex"):
+        torch.manual_seed(0)
+        models[impl] = build_model(ModelConfig.from_dict({**settings, "attn_impl": impl}), "lm")
+    tokens = torch.randint(6, 40, (2, 50))
+    tokens[1, 40:] = 0  # padding
+    with torch.no_grad():
+        blocked, flexed = (models[i].eval()(tokens) for i in ("sdpa", "flex"))
+    torch.testing.assert_close(flexed, blocked, atol=1e-5, rtol=1e-5)
+
+
+def test_the_cpu_path_of_attn_impl_sdpa_is_the_blocked_kernel() -> None:
+    q = torch.zeros(1, 1, 256, D_HEAD)
+    assert not flex.uses_flex(make("sliding_window", True), "sdpa", q, 0.0)
+    assert flex.uses_flex(make("sliding_window", True), "flex", q, 0.0)
+
+
+def test_training_on_attn_impl_flex_on_cpu_is_refused_with_the_fix() -> None:
+    kind, (q, k, v) = make("sliding_window", True), qkv(16, 16)
+    with pytest.raises(ConfigError, match="no backward pass on CPU.*attn_impl=sdpa"):
+        flex.flex_attend(kind, q.requires_grad_(), k, v)
