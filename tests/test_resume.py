@@ -64,6 +64,9 @@ def test_a_resumed_run_ends_with_the_same_val_loss_as_an_uninterrupted_one(
     assert resumed["status"] == "completed"
     final = reference["metrics"]["val/loss"]
     assert resumed["metrics"]["val/loss"] == pytest.approx(final, abs=1e-6)
+    # the tokens and FLOPs spent count on from the checkpoint (equal-compute comparisons)
+    assert resumed["tokens"] == reference["tokens"] > 0
+    assert resumed["flops"] == pytest.approx(reference["flops"])
     # every validation of the resumed run, before and after the stop, is in metrics.csv
     assert _val_losses(tmp_path) == pytest.approx(_val_losses(reference_dir), abs=1e-6)
 

@@ -183,8 +183,8 @@ def _finish(write_summary: Any, run_dir: Path, result: dict[str, Any], overrides
             run_dir,
             status=result["status"], error=result["error"], overrides=overrides, config=config,
             metrics=result["metrics"], task=result.get("task"), params=result.get("params"),
-            tokens_per_sec=result.get("tokens_per_sec"),
-            wall_s=round(time.perf_counter() - started, 3),
+            tokens_per_sec=result.get("tokens_per_sec"), tokens=result.get("tokens"),
+            flops=result.get("flops"), wall_s=round(time.perf_counter() - started, 3),
             **{k: result[k] for k in ("stopped_at_step",) if k in result},
         )  # fmt: skip
     except OSError as exc:  # a full or read-only disk: say so, keep the original error
@@ -241,7 +241,9 @@ def _fit_and_test(cfg: Any, trainer: Any, task: Any, datamodule: Any, resume_fro
         metrics.update(pipeline.scalar_metrics(trainer.callback_metrics))
     throughput = next((c for c in trainer.callbacks if isinstance(c, TokenThroughput)), None)
     out = {"status": status, "metrics": metrics, "best_ckpt": best,
-           "tokens_per_sec": throughput.tokens_per_sec if throughput else None}  # fmt: skip
+           "tokens_per_sec": throughput.tokens_per_sec if throughput else None,
+           "tokens": throughput.seen_tokens if throughput else None,
+           "flops": throughput.seen_flops if throughput else None}  # fmt: skip
     if status != "completed":
         out["error"] = getattr(trainer, "attnlab_error", None)
         out["stopped_at_step"] = trainer.global_step

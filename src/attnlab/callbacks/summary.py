@@ -36,6 +36,11 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def _ratio(numerator: Any, denominator: Any) -> float | None:
+    top, bottom = _number(numerator), _number(denominator)
+    return top / bottom if top is not None and bottom else None
+
+
 def write_summary(run_dir: str | Path, **fields: Any) -> Path:
     """Write ``summary.json`` atomically (temporary file, then rename)."""
     run_dir = Path(run_dir)
@@ -50,6 +55,9 @@ def write_summary(run_dir: str | Path, **fields: Any) -> Path:
         "task": fields.get("task"),
         "params": fields.get("params"),
         "tokens_per_sec": fields.get("tokens_per_sec"),
+        "tokens": fields.get("tokens"),  # tokens seen in training (perf/tokens at the end)
+        "flops": fields.get("flops"),  # training FLOPs spent (perf/flops at the end)
+        "flops_per_token": _ratio(fields.get("flops"), fields.get("tokens")),
         "wall_s": fields.get("wall_s"),
         "git_sha": fields.get("git_sha", git_sha()),
     }

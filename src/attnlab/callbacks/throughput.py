@@ -20,7 +20,12 @@ class TokenThroughput(L.Callback):
     measured step time (validation excluded), so curves can be read against time
     (for example the time a run takes to reach a BLEU).
 
-    The first ``warmup_steps`` steps (allocation, compilation) are not counted.
+    The first ``warmup_steps`` steps (allocation, compilation) are not counted in the
+    rates. ``perf/tokens`` and ``perf/flops`` count every step, warm-up included: the
+    tokens seen and the training FLOPs spent so far (3 × the forward FLOPs of
+    ``flops_in_batch``, Kaplan et al. 2020 §2.1), all devices together. They are kept in
+    checkpoints, so a resumed run counts on, and are what ``attnlab-compare --x`` and
+    ``--at`` put curves on (equal compute).
     """
 
     def __init__(self, warmup_steps: int = 3, peak_flops: float | None = None) -> None:
@@ -37,6 +42,15 @@ class TokenThroughput(L.Callback):
         self._start: float | None = None
         self._window_flops = 0.0
         self.peak: float | None = None
+        self.seen_tokens = 0  # every step, warm-up included, all devices
+        self.seen_flops = 0.0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"seen_tokens": self.seen_tokens, "seen_flops": self.seen_flops}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.seen_tokens = int(state_dict.get("seen_tokens", 0))
+        self.seen_flops = float(state_dict.get("seen_flops", 0.0))
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: Any) -> None:
         device = pl_module.device
@@ -49,18 +63,24 @@ class TokenThroughput(L.Callback):
     ) -> None:
         # a whole step, data loading included: from the previous step's end to this one's
         now, previous, self._start = time.perf_counter(), self._start, time.perf_counter()
+        tokens = pl_module.tokens_in_batch(batch) * trainer.world_size
+        flops = pl_module.flops_in_batch(batch) * trainer.world_size
+        self.seen_tokens += tokens
+        self.seen_flops += flops
+        logging_step = trainer.global_step % max(1, trainer.log_every_n_steps) == 0
+        if logging_step:
+            pl_module.log("perf/tokens", float(self.seen_tokens))
+            pl_module.log("perf/flops", self.seen_flops)
         if previous is None or trainer.global_step <= self.warmup_steps:
             return
         elapsed = now - previous
-        tokens = pl_module.tokens_in_batch(batch) * trainer.world_size
         self._tokens += tokens
         self._seconds += elapsed
         self._steps += 1
         self._window_tokens += tokens
         self._window_seconds += elapsed
-        if self.peak:
-            self._window_flops += pl_module.flops_in_batch(batch)
-        if trainer.global_step % max(1, trainer.log_every_n_steps) == 0 and self._window_seconds:
+        self._window_flops += flops / trainer.world_size  # per device, for MFU
+        if logging_step and self._window_seconds:
             pl_module.log("perf/tokens_per_sec", self._window_tokens / self._window_seconds)
             pl_module.log("perf/train_s", trainer.global_step * self._seconds / self._steps)
             if self.peak:  # per device: each rank's FLOPs over its own peak

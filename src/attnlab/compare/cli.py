@@ -10,6 +10,7 @@ from typing import Any, NoReturn
 
 from attnlab.errors import UserError
 
+from .compute import AXES, parse_at, runs_at
 from .grouping import Group, group_runs
 from .pairwise import compare_pairs
 from .plot import PLOT_FORMATS, plot_curves, plot_format
@@ -25,6 +26,7 @@ examples:
   attnlab-compare logs/copy/multiruns/* --by model --vs-best
   attnlab-compare logs/copy/multiruns/* --all-pairs
   attnlab-compare logs/copy/multiruns/* --format latex --plot curves.pdf
+  attnlab-compare logs/lm/multiruns/* --at tokens=2e6 --plot loss.png --x tokens
 
 Runs are grouped by the overrides that vary across them (seed excluded), or by
 --by config keys. Means, sample stds, 95% bootstrap CIs of the mean (and, from 5
@@ -101,6 +103,20 @@ def build_parser() -> argparse.ArgumentParser:
         default="val/loss",
         metavar="M",
         help="metrics.csv column to plot (default: val/loss)",
+    )
+    p.add_argument(
+        "--x",
+        choices=list(AXES),
+        default="step",
+        help="x-axis of --plot: step, tokens (seen), flops (training FLOPs) or wall "
+        "(training seconds) (default: step)",
+    )
+    p.add_argument(
+        "--at",
+        metavar="AXIS=N",
+        help="read every run's validation curves at equal compute instead of the final "
+        "values: tokens=N, flops=N, step=N or wall=N (interpolated; runs that did not "
+        "reach N are left out and counted)",
     )
     p.add_argument(
         "--format",
@@ -188,8 +204,18 @@ def run(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.plot:
         _check_plot_path(args.plot)
+    at = parse_at(args.at) if args.at else None
     runs = _load(args)
     metrics = choose_metrics(runs, args.metric)
+    note = None
+    if at is not None:
+        runs, metrics, dropped = runs_at(runs, metrics, *at)
+        note = (
+            f"@ {at[0]}={at[1]:g}: each run's curve read at that point (linear "
+            "interpolation between validations); (n=k) counts the runs that reached it"
+        )
+        if dropped:
+            note += f"; left out, no curve: {', '.join(dropped)}"
     groups = group_runs(runs, args.by)
     chosen = [
         flag
@@ -210,10 +236,14 @@ def run(argv: Sequence[str] | None = None) -> None:
     table = format_table(rows, list(groups[0].settings), metrics, args.format)
     lines = _welch_lines(groups, rows, metrics[0], args) if metrics else []
     if args.plot:  # before printing, so a mistake never leaves half an answer
-        plot_curves(groups, args.curve_metric, args.plot)
+        plot_curves(groups, args.curve_metric, args.plot, args.x)
     warning = _few_runs_warning(groups, metrics[0]) if metrics else None
     if warning:
         print(warning, file=sys.stderr)
+    if note and args.format == "md":
+        table += f"\n{note}."
+    elif note:
+        print(note, file=sys.stderr)
     print(table)
     if lines:
         # only Markdown keeps the tests on stdout: CSV, LaTeX and JSON stay one clean table

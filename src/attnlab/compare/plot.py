@@ -21,6 +21,7 @@ import numpy as np
 
 from attnlab.errors import UserError
 
+from .compute import AXES, AXIS_LABELS, axis_curve
 from .grouping import Group
 from .runs import Curve
 
@@ -64,11 +65,12 @@ def align_curves(curves: Sequence[Curve]) -> tuple[np.ndarray, np.ndarray, np.nd
     return steps, np.nanmean(grid, 0), np.nanmin(grid, 0), np.nanmax(grid, 0)
 
 
-def group_curves(group: Group, metric: str) -> list[Curve]:
-    """The finite part of ``metric``'s curve for each completed run of ``group`` that has one."""
+def group_curves(group: Group, metric: str, axis: str = "step") -> list[Curve]:
+    """The finite part of ``metric``'s curve, x on ``axis`` (step, tokens, flops, wall), for
+    each completed run of ``group`` that has one."""
     curves = []
     for run in group.completed:
-        curve = run.curve(metric)
+        curve = axis_curve(run, metric, axis)
         if curve is None:
             continue
         finite = np.isfinite(curve[1])
@@ -78,9 +80,11 @@ def group_curves(group: Group, metric: str) -> list[Curve]:
 
 
 def plot_curves(
-    groups: Sequence[Group], metric: str, path: str | os.PathLike[str] | None = None
-) -> Figure:
-    """Plot ``metric`` against step for each group; save to ``path`` when given.
+    groups: Sequence[Group], metric: str, path: str | os.PathLike[str] | None = None,
+    axis: str = "step",
+) -> Figure:  # fmt: skip
+    """Plot ``metric`` against ``axis`` (step, or tokens, FLOPs or seconds of training:
+    :mod:`attnlab.compare.compute`) for each group; save to ``path`` when given.
 
     The file format follows the suffix of ``path`` (:data:`PLOT_FORMATS`). Uses
     matplotlib's object API, so the global backend (a notebook's inline backend,
@@ -88,8 +92,13 @@ def plot_curves(
     """
     from matplotlib.figure import Figure  # imported here: only --plot pays for matplotlib
 
-    per_group = [(g, group_curves(g, metric)) for g in groups]
+    per_group = [(g, group_curves(g, metric, axis)) for g in groups]
     per_group = [(g, c) for g, c in per_group if c]
+    if not per_group and axis != "step" and any(group_curves(g, metric) for g in groups):
+        raise UserError(
+            f"--x {axis}: the runs did not log {AXES[axis]} (runs from before attnlab logged "
+            "it, or without the throughput callback); plot against --x step"
+        )
     if not per_group:
         runs = [r for g in groups for r in g.completed if r.curves is not None]
         logged = sorted({name for r in runs for name in r.curves.names()})
@@ -110,7 +119,7 @@ def plot_curves(
         style = group_style(i)
         ax.plot(steps, mean, label=f"{group.label} (n={len(curves)})", linewidth=1.4, **style)
         ax.fill_between(steps, low, high, color=style["color"], alpha=0.15, linewidth=0)
-    ax.set_xlabel("step")
+    ax.set_xlabel(AXIS_LABELS[axis])
     ax.set_ylabel(metric)
     ax.set_title(f"{metric}: mean over runs, band = min–max", fontsize="medium")
     ax.grid(alpha=0.3)

@@ -24,7 +24,7 @@ from attnlab.errors import UserError
 SUMMARY = "summary.json"
 METRICS_CSV = "metrics.csv"
 # Top-level summary.json numbers that are worth tabulating next to the metrics.
-SUMMARY_NUMBERS = ("params", "tokens_per_sec", "wall_s")
+SUMMARY_NUMBERS = ("params", "tokens_per_sec", "tokens", "flops", "flops_per_token", "wall_s")
 
 Curve = tuple[np.ndarray, np.ndarray]  # (steps, values), sorted by step
 

@@ -30,7 +30,7 @@ _LOWER_IS_BETTER = ("loss", "ppl", "perplexity", "error", "wall_s", "params")
 
 def lower_is_better(metric: str) -> bool:
     """Losses, perplexities and costs go down; accuracies, exact match and BLEU go up."""
-    name = metric.rsplit("/", 1)[-1]
+    name = metric.split(" @ ", 1)[0].rsplit("/", 1)[-1]  # "val/loss @ tokens=2e+06": loss
     return any(word in name for word in _LOWER_IS_BETTER)
 
 

@@ -1,0 +1,118 @@
+"""Equal compute: curves against tokens, FLOPs or time, and metrics read at one point of them.
+
+Runs of different architectures take different numbers of tokens and FLOPs per step,
+so "after 600 steps" is not an equal budget. Training logs, at every logging step,
+``perf/tokens`` (tokens seen so far), ``perf/flops`` (training FLOPs so far) and
+``perf/train_s`` (training seconds so far; see ``attnlab.callbacks.throughput``).
+A validation curve, logged against steps, is put on another axis by interpolating
+that run's own step → tokens (FLOPs, seconds) mapping; ``--at tokens=N`` then reads
+each run's curve at N by linear interpolation between its two nearest validations
+(T5's Table 2 compares architectures this way, at equal FLOPs; Raffel et al. 2020
+§3.2.2). A run whose curve does not reach N is "not reached", never extrapolated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from attnlab.errors import UserError
+
+from .runs import Curve, Run
+
+AXES = {"step": None, "tokens": "perf/tokens", "flops": "perf/flops", "wall": "perf/train_s"}
+AXIS_LABELS = {"step": "step", "tokens": "tokens seen", "flops": "training FLOPs",
+               "wall": "training seconds"}  # fmt: skip
+
+
+def parse_at(text: str) -> tuple[str, float]:
+    """``tokens=1e6`` → ("tokens", 1e6); a one-line UserError naming the fix otherwise."""
+    axis, sep, number = text.partition("=")
+    if not sep or axis not in AXES:
+        raise UserError(f"--at {text}: give AXIS=N with AXIS one of {', '.join(AXES)} "
+                        "(e.g. --at tokens=2e6)")  # fmt: skip
+    try:
+        point = float(number)
+    except ValueError:
+        point = math.nan
+    if not math.isfinite(point) or point <= 0:
+        raise UserError(f"--at {text}: N must be a positive number (e.g. --at {axis}=2e6)")
+    return axis, point
+
+
+def to_axis(steps: np.ndarray, mapping: Curve) -> np.ndarray:
+    """``steps`` on the axis of ``mapping`` (steps → cumulative tokens, FLOPs or seconds).
+
+    Linear between the logged points; before the first and after the last (a
+    validation off the logging grid) at the rate of the nearest interval, which is
+    exact when every step costs the same. A single logged point: proportional to the
+    steps done (Lightning's step s is logged after s + 1 optimiser steps).
+    """
+    s, x = (np.asarray(a, dtype=float) for a in mapping)
+    if len(s) == 1:
+        return x[0] * (steps + 1) / (s[0] + 1)
+    out = np.interp(steps, s, x)
+    for side, (a, b) in ((steps < s[0], (0, 1)), (steps > s[-1], (-2, -1))):
+        if side.any():
+            rate = (x[b] - x[a]) / (s[b] - s[a]) if s[b] > s[a] else 0.0
+            anchor = a if b == 1 else b
+            out[side] = x[anchor] + (steps[side] - s[anchor]) * rate
+    return out
+
+
+def axis_curve(run: Run, metric: str, axis: str) -> Curve | None:
+    """``metric``'s curve with x on ``axis``; None when the run lacks it or the mapping."""
+    curve = run.curve(metric)
+    if curve is None or AXES[axis] is None:
+        return curve
+    mapping = run.curve(AXES[axis])
+    if mapping is None or len(mapping[0]) == 0:
+        return None
+    return to_axis(curve[0], mapping), curve[1]
+
+
+def value_at(curve: Curve | None, point: float) -> float | None:
+    """The curve's value at x = ``point``, interpolated; None when the curve ends before it
+    (not reached) or starts after it (before the first validation)."""
+    if curve is None:
+        return None
+    x, y = curve
+    finite = np.isfinite(y)
+    x, y = x[finite], y[finite]
+    if len(x) == 0 or point > x[-1] or point < x[0]:
+        return None
+    return float(np.interp(point, x, y))
+
+
+def at_label(metric: str, axis: str, point: float) -> str:
+    return f"{metric} @ {axis}={point:g}"
+
+
+def runs_at(
+    runs: Sequence[Run], metrics: Sequence[str], axis: str, point: float
+) -> tuple[list[Run], list[str], list[str]]:
+    """Runs whose metrics are their curves read at ``axis`` = ``point``, the new metric
+    names (``val/loss @ tokens=2e+06``), and the metrics left out (test metrics, measured
+    once at the end, and numbers without a curve such as params). A run that did not
+    reach the point lacks the metric, so the table's n counts the runs that reached it."""
+    kept = [m for m in metrics
+            if not m.startswith("test/") and any(r.curve(m) is not None for r in runs)]  # fmt: skip
+    dropped = [m for m in metrics if m not in kept]
+    if not kept:
+        raise UserError(
+            f"--at {axis}={point:g}: none of {', '.join(metrics)} has a curve in metrics.csv; "
+            "choose validation metrics with --metric (e.g. --metric val/loss)"
+        )
+    names = [at_label(m, axis, point) for m in kept]
+    moved = []
+    for run in runs:
+        values = {
+            name: v
+            for m, name in zip(kept, names, strict=True)
+            if (v := value_at(axis_curve(run, m, axis), point)) is not None
+        }
+        moved.append(dataclasses.replace(run, metrics=values))
+    return moved, names, dropped

@@ -1,0 +1,122 @@
+"""Equal compute: training logs the tokens and FLOPs it spends, and ``attnlab-compare``
+reads curves against them (``--x``) and at one budget (``--at``).
+
+A real two-architecture sweep (a Transformer decoder and an LSTM, 2 seeds each) on
+associative recall, where every step sees exactly batch × length tokens, so the
+tokens behind each validation are known by hand: Lightning logs step s after s + 1
+optimiser steps, hence (s + 1) · 16 · 12 tokens. That a resumed run counts on from its
+checkpoint is checked in tests/test_resume.py.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnlab.compare import cli as compare_cli
+from attnlab.compare.compute import parse_at, to_axis
+from attnlab.compare.grouping import group_runs
+from attnlab.compare.plot import plot_curves
+from attnlab.compare.runs import load_runs
+from attnlab.errors import UserError
+from cli_runs import run
+
+BATCH, LENGTH, STEPS = 16, 12, 24  # 4 pairs + 2 queries: 2·4 + 2·2 = 12 tokens
+PER_STEP = BATCH * LENGTH
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("compute") / "sweep"
+    result = run("train", "-m", "model=decoder_only,rnn", "seed=0,1", "data=associative_recall",
+                 "data.n_pairs=4", "data.n_queries=2", "data.train_size=256", "data.val_size=32",
+                 "data.test_size=32", f"data.batch_size={BATCH}", "model.d_model=16",
+                 "model.n_heads=2", "model.n_layers=1", "trainer.max_epochs=-1",
+                 f"trainer.max_steps={STEPS}", "trainer.val_check_interval=6",
+                 "trainer.log_every_n_steps=3", "trainer.enable_progress_bar=false",
+                 f"hydra.sweep.dir={out}", timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+def val_curve(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+    rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
+    points = [(float(r["step"]), float(r["val/loss"])) for r in rows if r.get("val/loss")]
+    steps, values = zip(*points, strict=True)
+    return np.array(steps), np.array(values)
+
+
+def jobs_of(sweep: Path, model: str) -> list[Path]:
+    found = []
+    for job in sorted(p for p in sweep.iterdir() if (p / "summary.json").is_file()):
+        if f"model={model}" in json.loads((job / "summary.json").read_text())["overrides"]:
+            found.append(job)
+    return found
+
+
+def test_a_run_records_the_tokens_and_flops_it_spent(sweep: Path) -> None:
+    flops_per_token = set()
+    for job in sorted(sweep.glob("[0-9]*")):
+        summary = json.loads((job / "summary.json").read_text())
+        assert summary["tokens"] == STEPS * PER_STEP
+        assert summary["flops"] == pytest.approx(summary["tokens"] * summary["flops_per_token"])
+        rows = list(csv.DictReader(open(job / "metrics.csv")))
+        logged = [(int(r["step"]), float(r["perf/tokens"])) for r in rows if r.get("perf/tokens")]
+        assert logged and all(tokens == (step + 1) * PER_STEP for step, tokens in logged)
+        flops_per_token.add(summary["flops_per_token"])
+    assert len(flops_per_token) == 2  # the decoder and the LSTM cost differently per token
+
+
+@pytest.mark.parametrize("budget", [1000, 2500, 4000])
+def test_at_tokens_reads_each_curve_at_that_budget_by_hand(
+    sweep: Path, budget: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert compare_cli.main([str(sweep), "--metric", "val/loss", "--at", f"tokens={budget}",
+                             "--format", "json"]) == 0  # fmt: skip
+    table = {row["settings"]["model"]: row for row in json.loads(capsys.readouterr().out)}
+    by_hand = []
+    for job in jobs_of(sweep, "decoder_only"):
+        steps, values = val_curve(job)
+        tokens = (steps + 1) * PER_STEP  # first validation after 6 steps: 1152 tokens
+        if tokens[0] <= budget <= tokens[-1]:
+            by_hand.append(float(np.interp(budget, tokens, values)))
+    cell = table["decoder_only"]["metrics"][f"val/loss @ tokens={budget:g}"]
+    assert cell["n"] == len(by_hand)
+    if by_hand:
+        assert cell["mean"] == pytest.approx(np.mean(by_hand))
+    else:  # before the first validation: nothing to read, nothing made up
+        assert cell["mean"] is None
+
+
+def test_a_budget_no_run_reached_says_so(sweep: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    beyond = STEPS * PER_STEP + 1
+    assert compare_cli.main([str(sweep), "--metric", "val/loss", "test/loss",
+                             "--at", f"tokens={beyond}"]) == 0  # fmt: skip
+    out, err = capsys.readouterr()
+    assert out.count("not reached") == 2  # both architectures
+    assert "left out, no curve: test/loss" in out
+
+
+def test_curves_against_tokens_put_each_validation_at_its_tokens(sweep: Path) -> None:
+    groups = group_runs(load_runs([str(sweep)]), None)
+    fig = plot_curves(groups, "val/loss", axis="tokens")
+    steps, _ = val_curve(jobs_of(sweep, "decoder_only")[0])
+    lines = {line.get_label().split(" ")[0]: line for line in fig.axes[0].lines}
+    np.testing.assert_allclose(lines["model=decoder_only"].get_xdata(), (steps + 1) * PER_STEP)
+    assert fig.axes[0].get_xlabel() == "tokens seen"
+
+
+def test_to_axis_extrapolates_at_the_rate_of_the_nearest_interval() -> None:
+    mapping = (np.array([2.0, 5.0, 8.0]), np.array([30.0, 60.0, 90.0]))  # 10 per step
+    np.testing.assert_allclose(to_axis(np.array([0.0, 3.5, 9.0]), mapping), [10.0, 45.0, 100.0])
+    np.testing.assert_allclose(to_axis(np.array([4.0]), (np.array([1.0]), np.array([20.0]))), [50])
+
+
+@pytest.mark.parametrize("text", ["tokens", "bogus=3", "tokens=-1", "flops=many"])
+def test_a_bad_at_is_one_line_with_the_fix(text: str) -> None:
+    with pytest.raises(UserError, match="--at"):
+        parse_at(text)
