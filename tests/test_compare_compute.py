@@ -120,3 +120,32 @@ def test_to_axis_extrapolates_at_the_rate_of_the_nearest_interval() -> None:
 def test_a_bad_at_is_one_line_with_the_fix(text: str) -> None:
     with pytest.raises(UserError, match="--at"):
         parse_at(text)
+
+
+def test_select_best_reads_every_val_metric_at_the_best_validation_by_hand(
+    sweep: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert compare_cli.main([str(sweep), "--metric", "val/loss", "val/ppl", "test/loss",
+                             "--select", "best", "--format", "json"]) == 0  # fmt: skip
+    table = {row["settings"]["model"]: row for row in json.loads(capsys.readouterr().out)}
+    losses, ppls, tests = [], [], []
+    for job in jobs_of(sweep, "rnn"):
+        rows = [r for r in csv.DictReader(open(job / "metrics.csv")) if r.get("val/loss")]
+        best = min(rows, key=lambda r: float(r["val/loss"]))  # the checkpoint's monitor, min
+        losses.append(float(best["val/loss"]))
+        ppls.append(float(best["val/ppl"]))
+        tests.append(json.loads((job / "summary.json").read_text())["metrics"]["test/loss"])
+    cells = table["rnn"]["metrics"]
+    assert cells["val/loss @ best val/loss"]["mean"] == pytest.approx(np.mean(losses))
+    assert cells["val/ppl @ best val/loss"]["mean"] == pytest.approx(np.mean(ppls))
+    assert cells["test/loss"]["mean"] == pytest.approx(np.mean(tests))  # already the best
+
+
+def test_the_table_says_which_validation_and_which_checkpoint(
+    sweep: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert compare_cli.main([str(sweep), "--metric", "val/loss", "test/loss"]) == 0
+    out = capsys.readouterr().out
+    assert "val/*: the last validation of each run" in out
+    assert "test/*: the best checkpoint by val/loss (min)" in out
+    assert compare_cli.main([str(sweep), "--select", "best", "--at", "tokens=2000"]) == 2

@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 
 from attnlab.errors import UserError
 
-from .compute import AXES, parse_at, runs_at
+from .compute import AXES, monitor_of, parse_at, runs_at, runs_at_best
 from .grouping import Group, group_runs
 from .pairwise import compare_pairs
 from .plot import PLOT_FORMATS, plot_curves, plot_format
@@ -119,6 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
         "reach N are left out and counted)",
     )
     p.add_argument(
+        "--select",
+        choices=("final", "best"),
+        default="final",
+        help="val/* values: the last validation (final, default) or the validation of the "
+        "best checkpoint by its monitor (best), which test/* metrics always come from",
+    )
+    p.add_argument(
         "--format",
         choices=FORMATS,
         default="md",
@@ -208,6 +215,21 @@ def run(argv: Sequence[str] | None = None) -> None:
     runs = _load(args)
     metrics = choose_metrics(runs, args.metric)
     note = None
+    if at is not None and args.select == "best":
+        raise UserError("--at reads the curves at one budget and --select best at the best "
+                        "validation; give one of them")  # fmt: skip
+    if args.select == "best":
+        runs, metrics, monitor = runs_at_best(runs, metrics)
+        note = (
+            f"@ best {monitor.split(' ')[0]}: each run's validation at which {monitor} "
+            "was best, the checkpoint its test/* metrics come from"
+        )
+    elif at is None and any(m.startswith("val/") for m in metrics):
+        monitor = " ".join(sorted({"{} ({})".format(*monitor_of(r)) for r in runs}))
+        note = (
+            f"val/*: the last validation of each run (--select best: at its best "
+            f"{monitor}); test/*: the best checkpoint by {monitor}"
+        )
     if at is not None:
         runs, metrics, dropped = runs_at(runs, metrics, *at)
         note = (

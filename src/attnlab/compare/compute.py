@@ -116,3 +116,44 @@ def runs_at(
         }
         moved.append(dataclasses.replace(run, metrics=values))
     return moved, names, dropped
+
+
+def monitor_of(run: Run) -> tuple[str, str]:
+    """(metric, "min" | "max") that picked the run's best checkpoint (ModelCheckpoint's
+    monitor and mode in its config; val/loss, min when not recorded)."""
+    callbacks = run.config.get("callbacks") or {}
+    checkpoint = callbacks.get("model_checkpoint") if isinstance(callbacks, dict) else None
+    if isinstance(checkpoint, dict) and checkpoint.get("monitor"):
+        return str(checkpoint["monitor"]), str(checkpoint.get("mode", "min"))
+    return "val/loss", "min"
+
+
+def runs_at_best(runs: Sequence[Run], metrics: Sequence[str]) -> tuple[list[Run], list[str], str]:
+    """``--select best``: each run's val/* metrics read at its best validation by the
+    checkpoint's monitor — the validation of the checkpoint its test/* metrics come
+    from — instead of the last one. Returns the runs, the metric names (``val/acc @ best
+    val/loss``) and the monitor's description; other metrics are kept as they are."""
+    monitors = {monitor_of(r) for r in runs}
+    if len(monitors) > 1:
+        named = ", ".join(f"{m} ({mode})" for m, mode in sorted(monitors))
+        raise UserError(f"--select best: the runs pick their best checkpoint by different "
+                        f"metrics ({named}); compare them with --select final")  # fmt: skip
+    monitor, mode = monitors.pop() if monitors else ("val/loss", "min")
+    suffix = f" @ best {monitor}"
+    names = [f"{m}{suffix}" if m.startswith("val/") else m for m in metrics]
+    moved = []
+    for run in runs:
+        values = {n: run.metrics[m] for m, n in zip(metrics, names, strict=True)
+                  if not m.startswith("val/") and m in run.metrics}  # fmt: skip
+        chosen = run.curve(monitor)
+        if chosen is not None and np.isfinite(chosen[1]).any():
+            scores = np.where(
+                np.isfinite(chosen[1]), chosen[1], np.inf if mode == "min" else -np.inf
+            )
+            step = chosen[0][int(np.argmin(scores) if mode == "min" else np.argmax(scores))]
+            for m, n in zip(metrics, names, strict=True):
+                curve = run.curve(m) if m.startswith("val/") else None
+                if curve is not None and (hit := np.flatnonzero(curve[0] == step)).size:
+                    values[n] = float(curve[1][hit[-1]])
+        moved.append(dataclasses.replace(run, metrics=values))
+    return moved, names, f"{monitor} ({mode})"
