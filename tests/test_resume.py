@@ -233,3 +233,11 @@ def test_a_run_preempted_by_sigusr1_mid_epoch_resumes_exactly(
     assert resumed["status"] == "completed"
     assert resumed["metrics"]["val/loss"] == pytest.approx(reference["metrics"]["val/loss"],
                                                            abs=1e-6)  # fmt: skip
+
+
+def test_a_resumed_run_with_no_step_left_keeps_its_validation_metrics(tmp_path: Path) -> None:
+    first = _train(tmp_path, TOTAL)
+    again = _train(tmp_path, TOTAL, "ckpt_path=last")  # nothing left to train or validate
+    assert again["status"] == "completed"
+    val = {k: v for k, v in first["metrics"].items() if k.startswith("val/")}
+    assert val and {k: again["metrics"][k] for k in val} == pytest.approx(val)

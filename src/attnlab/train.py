@@ -233,6 +233,8 @@ def _fit_and_test(cfg: Any, trainer: Any, task: Any, datamodule: Any, resume_fro
     metrics: dict[str, float] = {}
     if cfg.get("train", True):
         trainer.fit(task, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
+        if resume_from:  # a fit with nothing left to do logs nothing: keep what was logged
+            metrics.update(pipeline.last_logged(trainer))
         metrics.update(pipeline.scalar_metrics(trainer.callback_metrics))
     status = getattr(trainer, "attnlab_status", None) or "completed"
     best = pipeline.best_checkpoint(trainer)

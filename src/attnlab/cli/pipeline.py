@@ -6,6 +6,7 @@ The only module that turns a composed config into objects; the entry points
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,35 @@ def check_flex(model: dict[str, Any], accelerator: str, train: bool) -> None:
     on_gpu = accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available()
     if model.get("attn_impl") == "flex" and train and not on_gpu:
         raise ConfigError(CPU_BACKWARD)
+
+
+def last_logged(trainer: L.Trainer) -> dict[str, float]:
+    """The last value of every metric in the run's metrics.csv but the test ones: what a
+    resumed run had logged before (its last validation), for a summary that keeps every
+    metric when the resumed fit has no step left to log anew."""
+    import csv
+
+    from lightning.pytorch.loggers import CSVLogger
+
+    logger = next((lg for lg in trainer.loggers if isinstance(lg, CSVLogger)), None)
+    if logger is None:
+        return {}
+    logger.save()
+    path = Path(logger.log_dir) / "metrics.csv"
+    last: dict[str, float] = {}
+    try:
+        with path.open(newline="") as handle:
+            for row in csv.DictReader(handle):
+                for name, cell in row.items():
+                    if not name or name in ("epoch", "step") or name.startswith("test/"):
+                        continue
+                    try:
+                        last[name] = float(cell)
+                    except (TypeError, ValueError):
+                        continue
+    except (OSError, csv.Error):
+        return {}
+    return {k: v for k, v in last.items() if math.isfinite(v)}
 
 
 def model_settings(cfg: DictConfig, datamodule: AttnlabDataModule) -> dict[str, Any]:
