@@ -150,3 +150,32 @@ def _items(items: Any) -> Iterator[tuple[str, Any]]:
     for item in items:
         key = item.key or "/".join(item.nested_key)
         yield key, json.loads(item.value_json)
+
+
+def wandb_api_run(run_file: Path, entity: str = "team", project: str = "attnlab") -> Any:
+    """A real ``wandb.apis.public.Run`` holding what the offline ``run_file`` recorded, in
+    the form the W&B API returns it (config values as ``{"value": …}``, summary metrics);
+    its ``history()`` serves the file's history rows as W&B's sampled history does (the
+    rows that have every requested key). Built from attrs, it never touches the network."""
+    from wandb.apis.public import Run
+
+    contents = wandb_run_contents(run_file)
+    config = {key: value if isinstance(value, dict) and "value" in value
+              else {"value": value, "desc": None}
+              for key, value in contents["config"].items()}  # fmt: skip
+    attrs = {"id": contents["id"], "name": contents["id"], "displayName": contents["name"],
+             "group": contents["group"], "jobType": contents["job_type"],
+             "tags": contents["tags"], "state": "finished", "config": json.dumps(config),
+             "summaryMetrics": json.dumps(contents["summary"])}  # fmt: skip
+    run = Run(None, entity, project, contents["id"], attrs=attrs)
+    rows = contents["history"]
+
+    def history(keys: list[str] | None = None, samples: int = 500, pandas: bool = True,
+                **_: Any) -> list[dict[str, Any]]:  # fmt: skip
+        assert not pandas, "attnlab reads history rows as dicts"
+        wanted = [k for k in keys or [] if k != "_step"]
+        return [{"_step": row["_step"], **{k: row[k] for k in wanted}}
+                for row in rows if all(k in row for k in wanted)][:samples]  # fmt: skip
+
+    run.history = history
+    return run

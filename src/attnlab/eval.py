@@ -9,18 +9,25 @@ The checkpoint is the run's best one (else ``last.ckpt``) unless ``ckpt_path``
 names one. ``split=test`` (default) runs Lightning's test loop, ``split=val``
 its validation loop; metrics are printed and written to a new
 ``<run_dir>/eval/<timestamp>_<split>.json``. Only data, task and a plain
-Trainer are built (no loggers, no callbacks): nothing else in the run changes.
+Trainer are built (no loggers, no callbacks): nothing else in the run changes
+but its W&B run (below).
 
 ``by_length=true`` (translation, test split) adds corpus BLEU per source-length
 bucket — 1–10, 11–15, 16–20, 21–25, 26+ words, or the upper edges given, e.g.
 ``by_length=[10,20,30]`` — with the sentence count of each (Bahdanau et al. 2015,
 Fig. 2, plots BLEU against sentence length).
+
+A run trained with ``logger=wandb`` (its directory holds ``wandb_id.txt``) also gets
+the metrics in its own W&B run, as ``eval/test/loss`` …; offline without credentials
+(``wandb sync`` uploads them later). ``wandb=false`` leaves W&B alone; ``wandb=true``
+insists (an error for a run without W&B).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -29,7 +36,8 @@ from typing import Any
 from attnlab.cli.common import run_key_value_command
 from attnlab.errors import ConfigError
 
-OPTIONS = {"run_dir": None, "ckpt_path": None, "split": "test", "by_length": "false"}
+OPTIONS = {"run_dir": None, "ckpt_path": None, "split": "test", "by_length": "false",
+           "wandb": "auto"}  # fmt: skip
 DEFAULT_BUCKETS = [10, 15, 20, 25]  # source words: 1–10, 11–15, 16–20, 21–25, 26+
 SPLITS = ("val", "test")
 
@@ -114,6 +122,27 @@ def evaluate(
     return {k: v for k, v in sorted(metrics.items()) if k.startswith(f"{split}/")}
 
 
+def wants_wandb(value: Any, run_dir: Path) -> bool:
+    """``wandb=auto|true|false``: log to the run's W&B run (auto: when it has one)."""
+    import importlib.util
+
+    text = str(value).strip().lower()
+    if text not in ("auto", "true", "false"):
+        raise ConfigError(f"wandb={value} is not valid; use wandb=auto, wandb=true or wandb=false")
+    if text == "false":
+        return False
+    has_run = (run_dir / "wandb_id.txt").is_file()
+    installed = importlib.util.find_spec("wandb") is not None
+    if text == "true" and not has_run:
+        raise ConfigError(
+            f"wandb=true logs to the run's W&B run, but {run_dir} has no wandb_id.txt (it was "
+            "not trained with logger=wandb); drop wandb=true"
+        )
+    if text == "true" and not installed:
+        raise ConfigError("wandb=true needs the wandb package; pip install wandb, or drop it")
+    return has_run and installed
+
+
 def write_result(run_dir: Path, record: dict[str, Any], split: str) -> Path:
     """A new ``<run_dir>/eval/<timestamp>_<split>.json``; an existing file is never replaced."""
     folder = run_dir / "eval"
@@ -142,6 +171,7 @@ def run(argv: list[str]) -> int:
     if buckets is not None and split != "test":
         raise ConfigError("by_length=… reports test BLEU; use it with split=test (the default)")
     run_dir, ckpt = locate_run(options["run_dir"], options["ckpt_path"])
+    to_wandb = wants_wandb(options["wandb"], run_dir)
     cfg = load_run_config(run_dir, overrides)
     print(f"checkpoint: {ckpt}", flush=True)
     lightning_log = logging.getLogger("lightning.pytorch")
@@ -161,6 +191,20 @@ def run(argv: list[str]) -> int:
     for key, value in metrics.items():
         print(f"{key:<{width}}  {value:.6g}")
     print(f"results:    {path}")
+    if to_wandb:
+        from attnlab.cli.wandb_setup import log_evaluation
+
+        try:
+            run_id = log_evaluation(run_dir, cfg, metrics, ckpt)
+        except Exception as exc:  # no network, a revoked key: the results file is written
+            print(f"warning: not logged to W&B ({' '.join(str(exc).split())}); "
+                  f"{path} holds the results", file=sys.stderr)  # fmt: skip
+            return 0
+        if run_id and os.environ.get("WANDB_MODE") == "offline":  # training's file, then this one
+            print(f"W&B (offline): eval/… in run {run_id}; "
+                  f"wandb sync {run_dir}/wandb/offline-run-*")  # fmt: skip
+        elif run_id:
+            print(f"W&B:        eval/… in run {run_id}")
     return 0
 
 

@@ -196,7 +196,7 @@ def train(cfg: Any, run_dir: Path, banner: bool = False) -> dict[str, Any]:
     import lightning as L
 
     from attnlab.cli import pipeline
-    from attnlab.cli.wandb_setup import finish_wandb
+    from attnlab.cli.wandb_setup import ModelSizeInConfig, finish_wandb, uses_wandb
 
     pipeline.check_config(cfg)
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
@@ -209,6 +209,8 @@ def train(cfg: Any, run_dir: Path, banner: bool = False) -> dict[str, Any]:
         resume_step = sys.maxsize if step is None else step
     callbacks = pipeline.build_callbacks(cfg)
     loggers = pipeline.build_loggers(cfg, run_dir, resume_step)
+    if uses_wandb(loggers):
+        callbacks.append(ModelSizeInConfig())
     out: dict[str, Any] = {"status": "failed"}
     try:
         trainer = pipeline.build_trainer(cfg, run_dir, callbacks, loggers)

@@ -1,8 +1,12 @@
 """Weights & Biases: offline without credentials, runs named and grouped by their settings.
 
-* name: the values of the overrides that vary in the sweep, ``decoder_only·post·seed1``
-* group: the sweep (multirun directory name, after the experiment if one is chosen)
-* config: flat dotted keys (``model.norm``) plus ``git_sha`` and ``command``
+* name: the overrides that vary in the sweep, ``model.norm=post seed=1`` (a single run:
+  the overrides that set what it computes)
+* group: the same without the seed, ``model.norm=post``, so W&B pools the seeds of a
+  setting (the experiment or the sweep when only the seed varies)
+* tags: the user's ``tags``, the experiment and the sweep directory's name
+* config: flat dotted keys (``model.norm``) plus ``git_sha``, ``command``, ``overrides``,
+  and, from the first training step, ``params`` and ``flops_per_token``
 * summary: ``val/loss`` min, accuracies/BLEU max, and the run's ``status``
 * resume: ``wandb_id.txt`` in the run directory keeps the same W&B run
 """
@@ -14,8 +18,9 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+import lightning as L
 from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
@@ -25,6 +30,7 @@ from attnlab.errors import ConfigError
 SUMMARY_GOALS = {"val/loss": "min", "val/ppl": "min", "val/acc": "max",
                  "val/bleu": "max", "val/exact_match": "max"}  # fmt: skip
 STEP_METRIC = "trainer/global_step"  # Lightning's x-axis for every logged metric
+WHERE = ("hydra.", "hydra/", "paths.")  # overrides that say where a run lives
 
 
 def has_credentials() -> bool:
@@ -74,31 +80,27 @@ def swept_keys(sweep_dir: Path, sweeper_params: Any = None) -> set[str]:
     return keys | {o.get_key_element().lstrip("+~") for o in parsed if o.is_sweep_override()}
 
 
-def run_name(overrides: list[str], varying: set[str] | None = None) -> str:
-    """``decoder_only·post·seed1``: the values of the overrides that vary (all, outside sweeps).
+def run_identity(
+    overrides: list[str], varying: set[str] | None = None, fallback: str | None = None
+) -> tuple[str, str | None]:
+    """(name, group): ``model.norm=post seed=1`` and ``model.norm=post``.
 
-    A number or boolean keeps its key's last part (``seed1``, ``lr0.001``); a
-    choice stands alone (``post``, ``decoder_only``).
+    The name is the overrides that vary in the sweep (``varying``), or for a single
+    run every override that sets what it computes (:func:`identity_overrides`). The
+    group is the same without ``seed=…``, so W&B pools the seeds of each setting;
+    ``fallback`` (the experiment or the sweep) when nothing but the seed is set.
     """
-    chosen = [o for o in overrides if varying is None or o.split("=", 1)[0].lstrip("+~") in varying]
-    parts = []
-    for override in identity_overrides(chosen or overrides):
-        key, _, value = override.lstrip("+~").partition("=")
-        if _is_number_or_bool(value):
-            parts.append(f"{key.split('.')[-1].split('/')[-1]}{value}")
-        else:
-            parts.append(value)
-    return "·".join(parts) or "defaults"
+    if varying is None:
+        chosen = identity_overrides(overrides)
+    else:  # a swept trainer.* key names its runs too; where a run lives never does
+        chosen = [o for o in overrides if _key(o) in varying and not _key(o).startswith(WHERE)]
+    setting = [o for o in chosen if _key(o) != "seed"]
+    name = " ".join(chosen) or fallback or "defaults"
+    return name, " ".join(setting) or fallback
 
 
-def _is_number_or_bool(value: str) -> bool:
-    if value.lower() in ("true", "false"):
-        return True
-    try:
-        float(value)
-    except ValueError:
-        return False
-    return True
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
 
 
 class FlatWandbLogger(WandbLogger):
@@ -119,37 +121,48 @@ def command_line(overrides: list[str] | None = None) -> str:
     return " ".join([program, *(shlex.quote(a) for a in args)])
 
 
-def _naming(cfg: DictConfig) -> tuple[list[str], set[str] | None, str | None]:
-    """(this run's overrides, the keys that vary, the sweep's group name)."""
+class RunIdentity(NamedTuple):
+    """What names a run in W&B: the overrides, the keys a sweep varies, group fallback, tags."""
+
+    overrides: list[str]
+    varying: set[str] | None
+    fallback: str | None
+    tags: list[str]
+
+
+def _identity(cfg: DictConfig) -> RunIdentity:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     if not HydraConfig.initialized():
-        return sys.argv[1:], None, None
+        return RunIdentity(sys.argv[1:], None, None, [])
     hydra_cfg = HydraConfig.get()
     overrides = list(hydra_cfg.overrides.task)
     experiment = hydra_cfg.runtime.choices.get("experiment")
+    experiment = str(experiment) if experiment else None
     if hydra_cfg.mode != RunMode.MULTIRUN:
-        return overrides, None, str(experiment) if experiment else None
+        return RunIdentity(overrides, None, experiment, [experiment] if experiment else [])
     sweep_dir = Path(str(hydra_cfg.sweep.dir))
     varying = swept_keys(sweep_dir, hydra_cfg.sweeper.get("params"))
-    group = f"{experiment}-{sweep_dir.name}" if experiment else sweep_dir.name
-    return overrides, varying, group
+    tags = [t for t in (experiment, sweep_dir.name) if t]
+    return RunIdentity(overrides, varying or None, experiment or sweep_dir.name, tags)
 
 
 def prepare_wandb(cfg: DictConfig, node: DictConfig, run_dir: Path) -> WandbLogger:
-    """A WandbLogger with name, group, job type, flat config and declared summaries."""
+    """A WandbLogger with name, group, tags, job type, flat config and declared summaries."""
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
     from attnlab.callbacks.summary import git_sha
 
     mode = ensure_mode()
-    overrides, varying, sweep_group = _naming(cfg)
+    identity = _identity(cfg)
+    name, group = run_identity(identity.overrides, identity.varying, identity.fallback)
     options = OmegaConf.to_container(node, resolve=True)
     assert isinstance(options, dict)
     options.pop("_target_", None)
-    options["name"] = options.get("name") or run_name(overrides, varying)
-    options["group"] = options.get("group") or sweep_group
+    options["name"] = options.get("name") or name
+    options["group"] = options.get("group") or group
+    options["tags"] = list(dict.fromkeys([*(options.get("tags") or []), *identity.tags]))
     options["save_dir"] = str(run_dir)
     options["offline"] = bool(options.get("offline")) or mode == "offline"
     if options.get("log_model") and options["offline"]:
@@ -160,8 +173,10 @@ def prepare_wandb(cfg: DictConfig, node: DictConfig, run_dir: Path) -> WandbLogg
         )
     if mode in ("online", "offline", "disabled"):
         options["mode"] = mode  # wandb reads WANDB_MODE once per process; be explicit per run
+    # overrides: attnlab-compare --wandb groups these runs as it groups summary.json's
     options["config"] = {**flat_config(cfg), "git_sha": git_sha(),
-                         "command": command_line(overrides)}  # fmt: skip
+                         "command": command_line(identity.overrides),
+                         "overrides": identity.overrides}  # fmt: skip
     id_file = run_dir / "wandb_id.txt"  # a resumed run keeps its W&B run
     if id_file.is_file():
         options["id"], options["resume"] = id_file.read_text().strip(), "allow"
@@ -174,6 +189,39 @@ def prepare_wandb(cfg: DictConfig, node: DictConfig, run_dir: Path) -> WandbLogg
     return logger
 
 
+class ModelSizeInConfig(L.Callback):
+    """Adds ``params`` and ``flops_per_token`` to the W&B config at the first training step.
+
+    ``flops_per_token``: FLOPs of one training step (forward + backward = 3 × forward) per
+    token, at the first batch's sequence lengths (:func:`attnlab.callbacks.mfu.flops_per_token`).
+    """
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, batch: Any,
+                             batch_idx: int) -> None:  # fmt: skip
+        from attnlab.callbacks.mfu import flops_per_token
+
+        if self.done:
+            return
+        self.done = True
+        size: dict[str, Any] = {"params": pl_module.model.num_params()}
+        try:
+            size["flops_per_token"] = flops_per_token(
+                pl_module.model_cfg, *pl_module.sequence_lengths(batch)
+            )
+        except (NotImplementedError, ValueError):  # an architecture without a FLOP count
+            pass
+        for logger in trainer.loggers:
+            if isinstance(logger, WandbLogger):
+                logger.log_hyperparams(size)
+
+
+def uses_wandb(loggers: list[Any]) -> bool:
+    return any(isinstance(logger, WandbLogger) for logger in loggers)
+
+
 def finish_wandb(loggers: list[Any], status: str) -> None:
     """Record the run's status in its W&B summary and close it (the next job starts a new run)."""
     for logger in loggers:
@@ -182,6 +230,33 @@ def finish_wandb(loggers: list[Any], status: str) -> None:
             if hasattr(experiment, "summary") and hasattr(experiment, "finish"):
                 experiment.summary["status"] = status
                 experiment.finish(exit_code=0 if status == "completed" else 1)
+
+
+def log_evaluation(run_dir: Path, cfg: DictConfig, metrics: dict[str, float],
+                   ckpt: Path) -> str | None:  # fmt: skip
+    """Log attnlab-eval's metrics as ``eval/<split>/<name>`` to the run's own W&B run.
+
+    The run is resumed by its ``wandb_id.txt`` (name, group and job type stay those of
+    training, which W&B does not let a resume change); offline without credentials.
+    Returns the W&B run id, or None with WANDB_MODE=disabled.
+    """
+    import wandb
+
+    mode = ensure_mode()
+    if mode == "disabled":
+        return None
+    node = (cfg.get("logger") or {}).get("wandb") or {}
+    run = wandb.init(
+        id=(run_dir / "wandb_id.txt").read_text().strip(), resume="allow",
+        project=node.get("project") or "attnlab", entity=node.get("entity"),
+        dir=str(run_dir), mode="offline" if mode == "offline" else "online",
+    )  # fmt: skip
+    try:
+        run.log({f"eval/{name}": value for name, value in metrics.items()})
+        run.summary["eval/checkpoint"] = ckpt.name
+    finally:
+        run.finish()
+    return str(run.id)
 
 
 def sync_hint(run_dir: Path) -> str | None:

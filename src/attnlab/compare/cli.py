@@ -11,10 +11,10 @@ from typing import Any, NoReturn
 from attnlab.errors import UserError
 
 from .compute import AXES, monitor_of, parse_at, runs_at, runs_at_best
-from .grouping import Group, group_runs
+from .grouping import Group, filter_runs, group_runs, parse_filters
 from .pairwise import compare_pairs
 from .plot import PLOT_FORMATS, plot_curves, plot_format
-from .report import FORMATS, comparison_legend, format_comparison, format_table
+from .report import FORMATS, comparison_legend, format_comparison, format_table, metric_labels
 from .runs import Run, load_runs
 from .stats import choose_metrics, lower_is_better, metric_values, resolve_group, summarize
 
@@ -27,16 +27,19 @@ examples:
   attnlab-compare logs/copy/multiruns/* --all-pairs
   attnlab-compare logs/copy/multiruns/* --format latex --plot curves.pdf
   attnlab-compare logs/lm/multiruns/* --at tokens=2e6 --plot loss.png --x tokens
+  attnlab-compare --wandb my-team/attnlab --filter data.kind=copy
 
 Runs are grouped by the overrides that vary across them (seed excluded), or by
---by config keys. Means, sample stds, 95% bootstrap CIs of the mean (and, from 5
-runs, median and IQM) use completed runs only. With exactly two groups, with
---vs, --vs-best (the best group against each other one) or --all-pairs, each
-pair gets a line below the table (on stderr with --format csv, latex or json,
-so stdout is one table to paste or parse) for the first metric: Welch's t-test,
-Holm-adjusted p when several tests are made, Hedges' g, the probability of
-improvement and, when not significant at 0.05, the seeds per group that would
-detect the difference.
+--by config keys; --filter KEY=VALUE keeps the runs with that setting. W&B runs
+(--wandb) are grouped the same way; a metric W&B summarises (val/loss: the
+minimum over validations) says so in its header. Means, sample stds, 95%
+bootstrap CIs of the mean (and, from 5 runs, median and IQM) use completed runs
+only. With exactly two groups, with --vs, --vs-best (the best group against
+each other one) or --all-pairs, each pair gets a line below the table (on
+stderr with --format csv, latex or json, so stdout is one table to paste or
+parse) for the first metric: Welch's t-test, Holm-adjusted p when several tests
+are made, Hedges' g, the probability of improvement and, when not significant
+at 0.05, the seeds per group that would detect the difference.
 """
 
 
@@ -133,6 +136,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--wandb", metavar="ENTITY/PROJECT", help="read runs from W&B instead")
     p.add_argument("--group", metavar="G", help="W&B run group to read (with --wandb)")
+    p.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="keep only runs whose config has KEY=VALUE (repeatable; e.g. data=copy)",
+    )
     return p
 
 
@@ -212,7 +222,8 @@ def run(argv: Sequence[str] | None = None) -> None:
     if args.plot:
         _check_plot_path(args.plot)
     at = parse_at(args.at) if args.at else None
-    runs = _load(args)
+    filters = parse_filters(args.filter)
+    runs = filter_runs(_load(args), filters)
     metrics = choose_metrics(runs, args.metric)
     note = None
     if at is not None and args.select == "best":
@@ -226,8 +237,11 @@ def run(argv: Sequence[str] | None = None) -> None:
         )
     elif at is None and any(m.startswith("val/") for m in metrics):
         monitor = " ".join(sorted({"{} ({})".format(*monitor_of(r)) for r in runs}))
+        where = " (W&B's summary where the header says min or max)" if any(
+            r.summarised for r in runs
+        ) else ""  # fmt: skip
         note = (
-            f"val/*: the last validation of each run (--select best: at its best "
+            f"val/*: the last validation of each run{where} (--select best: at its best "
             f"{monitor}); test/*: the best checkpoint by {monitor}"
         )
     if at is not None:
@@ -255,7 +269,8 @@ def run(argv: Sequence[str] | None = None) -> None:
             f"{chosen[0]} needs a metric but no run reports one; check the runs' status"
         )
     rows = summarize(groups, metrics)
-    table = format_table(rows, list(groups[0].settings), metrics, args.format)
+    labels = metric_labels(runs, metrics)
+    table = format_table(rows, list(groups[0].settings), metrics, args.format, labels)
     lines = _welch_lines(groups, rows, metrics[0], args) if metrics else []
     if args.plot:  # before printing, so a mistake never leaves half an answer
         plot_curves(groups, args.curve_metric, args.plot, args.x)

@@ -2,9 +2,12 @@
 
 By default the settings are the Hydra overrides that vary across the runs,
 minus the ones that only tell repeats apart (``seed``) or say where a run
-lives (``hydra.*``, ``tags``, ``task_name``, run directories). With ``by`` the
-settings are dotted config keys; a config group alone (``model``) means the
-option chosen in it (``model.name``).
+lives (``hydra.*``, ``tags``, ``task_name``, run directories). Runs without
+overrides (W&B runs logged before attnlab recorded them) use every config key
+instead, minus the same ones and what a run records about itself (``command``,
+``git_sha``, ``params``, W&B's ``_wandb``). With ``by`` the settings are dotted
+config keys; a config group alone (``model``) means the option chosen in it
+(``model.name``).
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ from .runs import Run
 
 NOT_SET = "—"
 ALL_RUNS = "all runs"
-# Settings that never define an ablation arm.
+# Settings that never define an ablation arm, and what a run records about itself.
 IGNORED_KEYS = frozenset({
     "seed", "tags", "task_name", "ckpt_path", "run_dir", "resume", "retry_failed", "overwrite",
+    "test", "optimized_metric", "command", "git_sha", "overrides", "params", "flops_per_token",
 })  # fmt: skip
-IGNORED_PREFIXES = ("hydra.", "hydra/", "logger.", "callbacks.", "paths.")
+IGNORED_PREFIXES = ("hydra.", "hydra/", "logger.", "callbacks.", "paths.", "_",
+                    "trainer.enable_", "trainer.log_every_n_steps")  # fmt: skip
 _MISSING = object()
 
 
@@ -85,6 +90,32 @@ def format_value(value: Any) -> str:
     if value is None:
         return "null"
     return str(value)
+
+
+def parse_filters(filters: Sequence[str]) -> list[tuple[str, str]]:
+    """``["model.norm=pre"]`` -> ``[("model.norm", "pre")]``; a UserError for anything else."""
+    parsed = []
+    for text in filters:
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--filter wants KEY=VALUE (e.g. model.norm=pre), got '{text}'")
+        parsed.append((key.strip(), value.strip()))
+    return parsed
+
+
+def filter_runs(runs: Sequence[Run], filters: Sequence[tuple[str, str]]) -> list[Run]:
+    """The runs whose setting of every ``key`` is ``value`` (spelled as in an override)."""
+    kept = list(runs)
+    for key, value in filters:
+        matching = [r for r in kept if setting(r, key) == value]
+        if not matching:
+            seen = sorted({setting(r, key) for r in kept})
+            raise UserError(
+                f"--filter {key}={value} matches no run; the runs have {key}="
+                f"{', '.join(seen)}; check the key and the value"
+            )
+        kept = matching
+    return kept
 
 
 def setting(run: Run, key: str) -> str:

@@ -7,11 +7,12 @@ import io
 import json
 import math
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .grouping import NOT_SET
 from .pairwise import ALPHA, MAX_SEEDS, POWER, Comparison, WelchResult
+from .runs import Run
 from .stats import CONFIDENCE, ROBUST_FROM, lower_is_better
 
 BEST = "★"
@@ -42,16 +43,29 @@ def _optional_cell(row: dict[str, Any], key: str) -> str:
     return NOT_SET if row[key] is None else format_number(row[key])
 
 
-def _metric_columns(rows: Sequence[dict[str, Any]], metric: str) -> list[tuple[str, Any]]:
+def _metric_columns(
+    rows: Sequence[dict[str, Any]], metric: str, label: str
+) -> list[tuple[str, Any]]:
     """(header, cell function) per column of ``metric``: mean ± std, CI, median and IQM."""
-    ci = f"{metric} {CONFIDENCE:.0%} CI"
-    columns = [(metric, lambda r: _cell(r, metric)), (ci, lambda r: _ci_cell(r, metric))]
+    ci = f"{label} {CONFIDENCE:.0%} CI"
+    columns = [(label, lambda r: _cell(r, metric)), (ci, lambda r: _ci_cell(r, metric))]
     if any(r[f"{metric}_median"] is not None for r in rows):  # some group has ROBUST_FROM runs
         columns += [
-            (f"{metric} median", lambda r: _optional_cell(r, f"{metric}_median")),
-            (f"{metric} IQM", lambda r: _optional_cell(r, f"{metric}_iqm")),
+            (f"{label} median", lambda r: _optional_cell(r, f"{metric}_median")),
+            (f"{label} IQM", lambda r: _optional_cell(r, f"{metric}_iqm")),
         ]
     return columns
+
+
+def metric_labels(runs: Sequence[Run], metrics: Sequence[str]) -> dict[str, str]:
+    """``{"val/loss": "val/loss (min)"}`` for each metric that some run reports not as its
+    final value but as a W&B summary (the minimum over validations, …)."""
+    labels = {}
+    for metric in metrics:
+        kinds = sorted({r.summarised.get(metric, "final") for r in runs if metric in r.metrics})
+        if kinds and kinds != ["final"]:
+            labels[metric] = f"{metric} ({' or '.join(kinds)})"
+    return labels
 
 
 def format_table(
@@ -59,14 +73,22 @@ def format_table(
     keys: Sequence[str],
     metrics: Sequence[str],
     fmt: str = "md",
+    labels: Mapping[str, str] | None = None,
 ) -> str:
-    """``rows`` from :func:`summarize` as Markdown (with a legend), CSV, LaTeX or JSON."""
+    """``rows`` from :func:`summarize` as Markdown (with a legend), CSV, LaTeX or JSON.
+
+    ``labels``: headers of metrics that are not the runs' final values (:func:`metric_labels`).
+    """
     if fmt == "csv":
         return _csv(rows, keys, metrics)
     if fmt == "json":
         return _json(rows, keys, metrics)
-    header, body = _cells(rows, keys, metrics)
+    labels = labels or {}
+    header, body = _cells(rows, keys, metrics, labels)
     legend = _legend(rows, metrics, header)
+    if labels:
+        legend += (f" {', '.join(labels.values())}: the W&B run summary declared for the metric"
+                   " (min: the lowest over validations), not its final value.")  # fmt: skip
     # settings left, run counts right, metric cells (mean ± std, CI) left
     n_text, n_counts = len(keys) or 1, 2 + any(r["diverged"] for r in rows)
     n_metric = len(header) - n_text - n_counts
@@ -78,12 +100,15 @@ def format_table(
 
 
 def _cells(
-    rows: Sequence[dict[str, Any]], keys: Sequence[str], metrics: Sequence[str]
+    rows: Sequence[dict[str, Any]],
+    keys: Sequence[str],
+    metrics: Sequence[str],
+    labels: Mapping[str, str],
 ) -> tuple[list[str], list[list[str]]]:
     """(header, cells per row) of the Markdown and LaTeX tables."""
     show_diverged = any(r["diverged"] for r in rows)
     header = [*(keys or ["group"]), "n", "failed", *(["diverged"] if show_diverged else [])]
-    columns = [c for m in metrics for c in _metric_columns(rows, m)]
+    columns = [c for m in metrics for c in _metric_columns(rows, m, labels.get(m, m))]
     header += [name for name, _ in columns]
     body = []
     for row in rows:

@@ -53,6 +53,9 @@ class Run:
     task: str | None = None
     error: str | None = None
     curves: CurveSource | None = field(default=None, repr=False)
+    # metrics that are not the run's final value, and what they are instead: a W&B
+    # summary declared with define_metric, e.g. {"val/loss": "min"}
+    summarised: dict[str, str] = field(default_factory=dict)
 
     @property
     def completed(self) -> bool:

@@ -13,12 +13,13 @@ import numpy as np
 
 from attnlab.errors import UserError
 
-from .runs import Curve, Run
+from .runs import SUMMARY_NUMBERS, Curve, Run
 
 OFFLINE_MODES = ("offline", "disabled", "dryrun")
 # W&B run states, mapped onto summary.json's status vocabulary.
 _STATES = {"finished": "completed", "crashed": "failed", "failed": "failed", "killed": "failed"}
 _STEP_KEY = "trainer/global_step"  # what Lightning's WandbLogger logs as x
+_STEP_KEYS = (_STEP_KEY, "epoch")  # counters in the summary, not results
 
 
 def load_wandb_runs(project: str, group: str | None = None) -> list[Run]:
@@ -73,27 +74,41 @@ def _unflatten(flat: dict[str, Any]) -> dict[str, Any]:
 def _to_run(wandb_run: Any) -> Run:
     config = _unflatten({k: v for k, v in wandb_run.config.items() if not k.startswith("_")})
     summary = {k: wandb_run.summary.get(k) for k in wandb_run.summary.keys()}
-    metrics = {
-        k: float(v)
-        for k, v in summary.items()
-        if not k.startswith("_")
-        and isinstance(v, (int, float))
-        and not isinstance(v, bool)
-        and np.isfinite(v)
-    }
+    metrics, summarised = {}, {}
+    for name, value in summary.items():
+        if hasattr(value, "keys"):  # define_metric(summary="min"): {"min": 0.41}, a SummarySubDict
+            if len(value.keys()) != 1:
+                continue
+            kind = next(iter(value.keys()))
+            summarised[name], value = kind, value[kind]
+        number = _finite(value)
+        if number is not None and not name.startswith("_") and name not in _STEP_KEYS:
+            metrics[name] = number
+    for name in SUMMARY_NUMBERS:  # params is in the config, as summary.json has it on top
+        if _finite(config.get(name)) is not None:
+            metrics[name] = float(config[name])
     status = summary.get("status")
     if status not in ("completed", "failed", "diverged"):
         status = _STATES.get(wandb_run.state, wandb_run.state)
     overrides = config.get("overrides")
     return Run(
-        path=wandb_run.url,
+        path="/".join(wandb_run.path),  # entity/project/id, as wandb.Api().run() takes it
         status=str(status),
         overrides=[str(o) for o in overrides] if isinstance(overrides, list) else [],
         config=config,
         metrics=metrics,
-        task=config.get("task") or summary.get("task"),
+        task=next(
+            (t for t in (config.get("task"), summary.get("task")) if isinstance(t, str)), None
+        ),  # fmt: skip
         curves=WandbCurves(wandb_run, sorted(metrics)),
+        summarised={k: v for k, v in summarised.items() if k in metrics},
     )
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+        return None
+    return float(value)
 
 
 class WandbCurves:
@@ -119,7 +134,7 @@ class WandbCurves:
                 rows = self._run.history(keys=[metric], samples=10_000, pandas=False)
         except Exception as e:  # the network can drop between listing runs and reading one
             raise UserError(
-                f"cannot read the W&B history of {self._run.url}: {_first_line(e)}"
+                f"cannot read the W&B history of {'/'.join(self._run.path)}: {_first_line(e)}"
             ) from None
         points = sorted(
             (float(row.get(_STEP_KEY, row.get("_step"))), float(row[metric]))
