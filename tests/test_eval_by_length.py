@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from sacrebleu.metrics import BLEU
 
 from attnlab import eval as attnlab_eval
 from attnlab.errors import ConfigError
-from attnlab.tasks.seq2seq import bleu_by_length
+from attnlab.tasks.seq2seq import bleu_by_length, bleu_signature
 from composed_runs import TINY_MODEL, compose_run
 
 
@@ -23,11 +24,11 @@ def test_bleu_by_length_is_corpus_bleu_within_each_bucket() -> None:
     ]
     out = bleu_by_length(examples, [10, 20])
     assert out["n_len_01-10"] == 2 and out["n_len_11-20"] == 1 and out["n_len_21+"] == 1
-    bucket = BLEU().corpus_score([examples[0][1], examples[1][1]],
+    bucket = BLEU(smooth_method="none").corpus_score([examples[0][1], examples[1][1]],
                                  [[examples[0][2], examples[1][2]]]).score  # fmt: skip
     assert out["bleu_len_01-10"] == pytest.approx(bucket)
     assert out["bleu_len_11-20"] == pytest.approx(
-        BLEU().corpus_score([examples[2][1]], [[examples[2][2]]]).score
+        BLEU(smooth_method="none").corpus_score([examples[2][1]], [[examples[2][2]]]).score
     )
 
 
@@ -56,7 +57,9 @@ def test_eval_prints_bleu_by_source_length(tmp_path: Path, capsys) -> None:
         f"data.cache_dir={folder / 'cache'}", "trainer.max_steps=2", "trainer.max_epochs=1",
         "trainer.enable_progress_bar=false", "callbacks=none", "decode.max_new_tokens=8",
     ], run_dir)  # fmt: skip
-    assert train(cfg, run_dir)["status"] == "completed"
+    result = train(cfg, run_dir)
+    assert result["status"] == "completed"
+    assert result["bleu_signature"] == bleu_signature()  # summary.json keeps it
     (run_dir / ".hydra").mkdir()
     OmegaConf.save({k: v for k, v in cfg.items() if k != "hydra"}, run_dir / ".hydra/config.yaml")
     assert attnlab_eval.main([f"run_dir={run_dir}", "by_length=[5,10]"]) == 0
@@ -66,4 +69,7 @@ def test_eval_prints_bleu_by_source_length(tmp_path: Path, capsys) -> None:
     assert sum(counts.values()) == 24  # every test sentence in one bucket
     assert set(counts) == {"test/n_len_01-05", "test/n_len_06-10", "test/n_len_11+"}
     assert "test/bleu_len_01-05" in out
+    assert f"BLEU:       sacreBLEU {bleu_signature()}" in out
+    record = json.loads(sorted((run_dir / "eval").glob("*_test.json"))[-1].read_text())
+    assert record["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:none|")
     assert attnlab_eval.main([f"run_dir={run_dir}", "by_length=true", "split=val"]) == 2

@@ -186,10 +186,16 @@ def run(argv: list[str]) -> int:
         "overrides": [f"{k}={v}" for k, v in overrides], "metrics": metrics,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }  # fmt: skip
+    if any("/bleu" in k for k in metrics):
+        from attnlab.tasks.seq2seq import bleu_signature
+
+        record["bleu_signature"] = bleu_signature()
     path = write_result(run_dir, record, split)
     width = max((len(k) for k in metrics), default=0)
     for key, value in metrics.items():
         print(f"{key:<{width}}  {value:.6g}")
+    if "bleu_signature" in record:
+        print(f"BLEU:       sacreBLEU {record['bleu_signature']}")
     print(f"results:    {path}")
     if to_wandb:
         from attnlab.cli.wandb_setup import log_evaluation

@@ -185,7 +185,7 @@ def _finish(write_summary: Any, run_dir: Path, result: dict[str, Any], overrides
             metrics=result["metrics"], task=result.get("task"), params=result.get("params"),
             tokens_per_sec=result.get("tokens_per_sec"), tokens=result.get("tokens"),
             flops=result.get("flops"), wall_s=round(time.perf_counter() - started, 3),
-            **{k: result[k] for k in ("stopped_at_step",) if k in result},
+            **{k: result[k] for k in ("stopped_at_step", "bleu_signature") if k in result},
         )  # fmt: skip
     except OSError as exc:  # a full or read-only disk: say so, keep the original error
         print(f"warning: summary.json not written: {exc}", file=sys.stderr)
@@ -248,6 +248,10 @@ def _fit_and_test(cfg: Any, trainer: Any, task: Any, datamodule: Any, resume_fro
            "tokens_per_sec": throughput.tokens_per_sec if throughput else None,
            "tokens": throughput.seen_tokens if throughput else None,
            "flops": throughput.seen_flops if throughput else None}  # fmt: skip
+    if any(k.endswith("/bleu") or "/bleu_len_" in k for k in metrics):
+        from attnlab.tasks.seq2seq import bleu_signature
+
+        out["bleu_signature"] = bleu_signature()
     if status != "completed":
         out["error"] = getattr(trainer, "attnlab_error", None)
         out["stopped_at_step"] = trainer.global_step

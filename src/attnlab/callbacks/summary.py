@@ -61,7 +61,7 @@ def write_summary(run_dir: str | Path, **fields: Any) -> Path:
         "wall_s": fields.get("wall_s"),
         "git_sha": fields.get("git_sha", git_sha()),
     }
-    for key in ("stopped_at_step", "command"):
+    for key in ("stopped_at_step", "command", "bleu_signature"):
         if key in fields:
             summary[key] = fields[key]
     path = run_dir / "summary.json"

@@ -277,6 +277,14 @@ def run(argv: Sequence[str] | None = None) -> None:
     warning = _few_runs_warning(groups, metrics[0]) if metrics else None
     if warning:
         print(warning, file=sys.stderr)
+    if any("bleu" in m for m in metrics):
+        signatures = sorted({r.bleu_signature for r in runs if r.bleu_signature})
+        bleu = (
+            "BLEU: sacreBLEU " + "; ".join(signatures)
+            if signatures
+            else "BLEU: no sacreBLEU signature recorded (runs from before attnlab kept it)"
+        )
+        note = f"{note}.\n{bleu}" if note else bleu
     if note and args.format == "md":
         table += f"\n{note}."
     elif note:

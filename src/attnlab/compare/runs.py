@@ -53,6 +53,7 @@ class Run:
     task: str | None = None
     error: str | None = None
     curves: CurveSource | None = field(default=None, repr=False)
+    bleu_signature: str | None = None  # sacreBLEU's, for runs that report BLEU
     # metrics that are not the run's final value, and what they are instead: a W&B
     # summary declared with define_metric, e.g. {"val/loss": "min"}
     summarised: dict[str, str] = field(default_factory=dict)
@@ -156,7 +157,9 @@ def read_run(run_dir: str | os.PathLike[str]) -> Run:
         task=data.get("task"),
         error=data.get("error"),
         curves=CsvCurves(csv_path) if csv_path else None,
-    )
+        bleu_signature=data.get("bleu_signature") if isinstance(data.get("bleu_signature"), str)
+        else None,
+    )  # fmt: skip
 
 
 def _find_metrics_csv(run_dir: Path) -> Path | None:

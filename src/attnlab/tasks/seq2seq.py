@@ -78,6 +78,21 @@ def bucket_name(low: int, high: int | None) -> str:
     return f"len_{low:02d}-{high:02d}" if high is not None else f"len_{low:02d}+"
 
 
+BLEU_OPTIONS = {"tokenize": "13a", "smooth_method": "none", "lowercase": False}
+
+
+def bleu_signature() -> str:
+    """sacreBLEU's signature of the BLEU attnlab reports (Post 2018), e.g.
+    ``nrefs:1|case:mixed|eff:no|tok:13a|smooth:none|version:2.4.3``: one reference, 13a
+    tokenisation, no smoothing — what torchmetrics' ``SacreBLEUScore`` computes (a test
+    checks both give the same corpus score)."""
+    from sacrebleu.metrics import BLEU
+
+    bleu = BLEU(**BLEU_OPTIONS)
+    bleu.corpus_score(["a"], [["a"]])  # the signature counts the references it has seen
+    return bleu.get_signature().format()
+
+
 def bleu_by_length(examples: list[tuple[int, str, str]], edges: list[int]) -> dict[str, float]:
     """Corpus sacreBLEU per source-length bucket (Bahdanau et al. 2015, Fig. 2: BLEU against
     sentence length): ``edges`` are the buckets' upper ends in source words, the last bucket
@@ -92,7 +107,7 @@ def bleu_by_length(examples: list[tuple[int, str, str]], edges: list[int]) -> di
         out[f"n_{name}"] = float(len(chosen))
         if chosen:
             hyps, refs = zip(*chosen, strict=True)
-            out[f"bleu_{name}"] = BLEU().corpus_score(list(hyps), [list(refs)]).score
+            out[f"bleu_{name}"] = BLEU(**BLEU_OPTIONS).corpus_score(list(hyps), [list(refs)]).score
     return out
 
 
@@ -115,7 +130,8 @@ class Seq2SeqTask(Task):
             accuracy = MulticlassAccuracy(vocab, average="micro", ignore_index=IGNORE)
             setattr(self, f"{stage}_acc", accuracy)
             setattr(self, f"{stage}_exact", MeanMetric())
-            setattr(self, f"{stage}_bleu", SacreBLEUScore())
+            options = {k: v for k, v in BLEU_OPTIONS.items() if k != "smooth_method"}
+            setattr(self, f"{stage}_bleu", SacreBLEUScore(**options))  # smooth=False: "none"
 
     def setup(self, stage: str) -> None:
         super().setup(stage)
