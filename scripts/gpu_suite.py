@@ -158,8 +158,9 @@ def report(results: dict[int, StepResult], s: Settings, environment: dict, wall:
     steps = []
     for step in STEPS:
         if step.number in results:
-            steps.append({"step": step.number, "name": step.name, "what": step.what,
-                          **asdict(results[step.number])})  # fmt: skip
+            fields = asdict(results[step.number])
+            del fields["name"]  # a part's name; the step's own is the step's
+            steps.append({"step": step.number, "name": step.name, "what": step.what, **fields})
     return {
         "suite": "attnlab gpu_suite", "tiny": s.tiny,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
