@@ -300,7 +300,7 @@ def read_long_context(s: Settings, ran: list[Ran], done: dict[int, StepResult]) 
     bad = failure(ran[0])
     if bad:
         bad.metrics = {"points": measured}  # what it measured before it stopped
-        bad.summary = f"{len(measured)} points measured before it stopped"
+        bad.summary = f"{len(measured)} point(s) measured before it stopped"
         return bad
     doc = json.loads((s.work / "long_context.json").read_text())["long_context"]
     longest = doc["lengths"][-1]
