@@ -46,7 +46,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "scripts"), str(ROOT / "src")]  # the steps beside this file; attnlab
 
-from gpu_suite_steps import STEPS, Job, Settings, StepResult, run_job  # noqa: E402
+from gpu_suite_jobs import Job, Settings, StepResult, run_job  # noqa: E402
+from gpu_suite_steps import STEPS  # noqa: E402
 
 # the phases, in order: the two headline timings alone, then the checks that may share
 # the GPU, then the long benchmarks with what is left of the budget

@@ -15,17 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
 import gpu_suite  # noqa: E402
-from gpu_suite_steps import (  # noqa: E402
-    STEPS,
-    Job,
-    Ran,
-    Settings,
-    StepResult,
-    failure,
-    nanogpt_metrics,
-    parse_nanogpt,
-    run_job,
-)
+from gpu_suite_jobs import Job, Ran, Settings, StepResult, failure, run_job  # noqa: E402
+from gpu_suite_steps import STEPS, nanogpt_metrics, parse_nanogpt  # noqa: E402
 
 # The tail of a real run of nanoGPT's unmodified bench.py, on this project's 2-core CPU:
 #   cd ../shared/reference/nanogpt && python -c "import sys, runpy, torch;
