@@ -6,7 +6,7 @@
 
 The model is attnlab's decoder_only at GPT-2 (124M) shape — 12 layers, 12 heads,
 d_model 768, block 1024, vocabulary 50304 (50257 padded to a multiple of 64, as
-nanoGPT does), Pre-LN, GELU, learned positions, tied embeddings, no dropout —
+nanoGPT does), Pre-LN, GPT-2's tanh GELU, learned positions, tied embeddings, no dropout —
 trained on random tokens through the same optimiser and loss as attnlab-train
 (LanguageModelTask). It prints milliseconds per iteration, tokens per second and
 MFU against the device's dense bf16 peak (attnlab.callbacks.mfu).
@@ -55,7 +55,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def build(args: argparse.Namespace) -> tuple[LanguageModelTask, dict]:
     shape = TINY if args.tiny else GPT2_124M
     model = dict(
-        name="decoder_only", norm="pre", ffn="gelu", pos="learned", tie_embeddings=True,
+        name="decoder_only", norm="pre", ffn="gelu_tanh", pos="learned", tie_embeddings=True,
         dropout=0.0, init="gpt2", scale_embeddings=False, compile=args.compile, **shape,
     )  # fmt: skip
     optim = dict(lr=6e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, warmup_steps=0)
