@@ -248,7 +248,7 @@ def run(argv: Sequence[str] | None = None) -> None:
         runs, metrics, dropped = runs_at(runs, metrics, *at)
         note = (
             f"@ {at[0]}={at[1]:g}: each run's curve read at that point (linear "
-            "interpolation between validations); (n=k) counts the runs that reached it"
+            "interpolation between validations); (n=k) counts the runs whose validations span it"
         )
         if dropped:
             note += f"; left out, no curve: {', '.join(dropped)}"

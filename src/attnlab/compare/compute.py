@@ -8,7 +8,8 @@ A validation curve, logged against steps, is put on another axis by interpolatin
 that run's own step → tokens (FLOPs, seconds) mapping; ``--at tokens=N`` then reads
 each run's curve at N by linear interpolation between its two nearest validations
 (T5's Table 2 compares architectures this way, at equal FLOPs; Raffel et al. 2020
-§3.2.2). A run whose curve does not reach N is "not reached", never extrapolated.
+§3.2.2). A run whose validations do not span N (N before its first validation or after its
+last) lacks the value: nothing is extrapolated.
 """
 
 from __future__ import annotations

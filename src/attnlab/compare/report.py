@@ -27,7 +27,7 @@ def format_number(x: float) -> str:
 def _cell(row: dict[str, Any], metric: str) -> str:
     mean, std, n = row[f"{metric}_mean"], row[f"{metric}_std"], row[f"{metric}_n"]
     if mean is None:
-        return "not reached" if " @ " in metric else NOT_SET  # --at: no run got that far
+        return "out of range" if " @ " in metric else NOT_SET  # --at: no run spans the point
     text = f"{format_number(mean)} ± {format_number(std) if std is not None else NOT_SET}"
     if n != row["n"] - row["failed"]:
         text += f" (n={n})"  # some completed runs did not report this metric
