@@ -149,3 +149,21 @@ def test_the_table_says_which_validation_and_which_checkpoint(
     assert "val/*: the last validation of each run" in out
     assert "test/*: the best checkpoint by val/loss (min)" in out
     assert compare_cli.main([str(sweep), "--select", "best", "--at", "tokens=2000"]) == 2
+
+
+def test_at_tokens_on_runs_that_never_logged_tokens_says_so(
+    tmp_path: Path, sweep: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    old = tmp_path / "old"
+    shutil.copytree(jobs_of(sweep, "rnn")[0], old)
+    rows = list(csv.DictReader(open(old / "metrics.csv")))
+    columns = [c for c in rows[0] if c not in ("perf/tokens", "perf/flops")]
+    with open(old / "metrics.csv", "w", newline="") as f:  # a run from before perf/tokens
+        writer = csv.DictWriter(f, columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    assert compare_cli.main([str(old), "--metric", "val/loss", "--at", "tokens=2000"]) == 2
+    assert "did not log perf/tokens" in capsys.readouterr().err
+    assert compare_cli.main([str(old), "--metric", "val/loss", "--at", "step=10"]) == 0

@@ -107,6 +107,11 @@ def runs_at(
             f"--at {axis}={point:g}: none of {', '.join(metrics)} has a curve in metrics.csv; "
             "choose validation metrics with --metric (e.g. --metric val/loss)"
         )
+    if AXES[axis] is not None and not any(r.curve(AXES[axis]) is not None for r in runs):
+        raise UserError(
+            f"--at {axis}={point:g}: the runs did not log {AXES[axis]} (runs from before "
+            "attnlab logged it, or without the throughput callback); use --at step=N"
+        )
     names = [at_label(m, axis, point) for m in kept]
     moved = []
     for run in runs:
