@@ -288,12 +288,16 @@ def test_wandb_runs_without_recorded_overrides_group_by_their_settings_alone(
 # -- attnlab-eval logs to the training run ----------------------------------------------
 
 
-def test_eval_logs_its_metrics_to_the_runs_own_wandb_run(
-    offline_sweep: tuple, tmp_path: Path
-) -> None:
+@pytest.fixture
+def job(offline_sweep: tuple, tmp_path: Path) -> Path:
+    """A copy of the sweep's first job (its W&B files included), to evaluate."""
     _, sweep_dir = offline_sweep
-    job = tmp_path / "job"
-    shutil.copytree(_jobs(sweep_dir)[0], job)
+    copy = tmp_path / "job"
+    shutil.copytree(_jobs(sweep_dir)[0], copy)
+    return copy
+
+
+def test_eval_logs_its_metrics_to_the_runs_own_wandb_run(job: Path) -> None:
     result = run("eval", f"run_dir={job}", WANDB_MODE="offline")
     assert result.returncode == 0, result.stderr[-3000:]
     run_id = (job / "wandb_id.txt").read_text()
@@ -310,11 +314,8 @@ def test_eval_logs_its_metrics_to_the_runs_own_wandb_run(
 
 
 def test_eval_with_wandb_false_leaves_wandb_alone_and_a_bad_value_is_one_error(
-    offline_sweep: tuple, tmp_path: Path
+    job: Path,
 ) -> None:
-    _, sweep_dir = offline_sweep
-    job = tmp_path / "job"
-    shutil.copytree(_jobs(sweep_dir)[0], job)
     bad = run("eval", f"run_dir={job}", "wandb=maybe")
     assert bad.returncode == 2
     assert bad.stderr.strip() == (

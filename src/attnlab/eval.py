@@ -186,9 +186,9 @@ def run(argv: list[str]) -> int:
         "overrides": [f"{k}={v}" for k, v in overrides], "metrics": metrics,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }  # fmt: skip
-    if any("/bleu" in k for k in metrics):
-        from attnlab.tasks.seq2seq import bleu_signature
+    from attnlab.tasks.seq2seq import bleu_signature, reports_bleu
 
+    if reports_bleu(metrics):
         record["bleu_signature"] = bleu_signature()
     path = write_result(run_dir, record, split)
     width = max((len(k) for k in metrics), default=0)

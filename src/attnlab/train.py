@@ -244,13 +244,14 @@ def _fit_and_test(cfg: Any, trainer: Any, task: Any, datamodule: Any, resume_fro
         trainer.test(task, datamodule=datamodule, ckpt_path=best, weights_only=True)
         metrics.update(pipeline.scalar_metrics(trainer.callback_metrics))
     throughput = next((c for c in trainer.callbacks if isinstance(c, TokenThroughput)), None)
+    counted = throughput is not None and throughput.counts_flops
     out = {"status": status, "metrics": metrics, "best_ckpt": best,
            "tokens_per_sec": throughput.tokens_per_sec if throughput else None,
            "tokens": throughput.seen_tokens if throughput else None,
-           "flops": throughput.seen_flops if throughput else None}  # fmt: skip
-    if any(k.endswith("/bleu") or "/bleu_len_" in k for k in metrics):
-        from attnlab.tasks.seq2seq import bleu_signature
+           "flops": throughput.seen_flops if counted else None}  # fmt: skip
+    from attnlab.tasks.seq2seq import bleu_signature, reports_bleu
 
+    if reports_bleu(metrics):
         out["bleu_signature"] = bleu_signature()
     if status != "completed":
         out["error"] = getattr(trainer, "attnlab_error", None)

@@ -44,6 +44,17 @@ class TokenThroughput(L.Callback):
         self.peak: float | None = None
         self.seen_tokens = 0  # every step, warm-up included, all devices
         self.seen_flops = 0.0
+        self.counts_flops = True  # False for an architecture without a FLOP count
+
+    def _flops(self, pl_module: Any, batch: Any) -> float:
+        """``flops_in_batch``, or 0 once the architecture turns out to have no ``flops``
+        (an architecture added without one still trains; perf/flops and MFU are left out)."""
+        if self.counts_flops:
+            try:
+                return pl_module.flops_in_batch(batch)
+            except NotImplementedError:
+                self.counts_flops = False
+        return 0.0
 
     def state_dict(self) -> dict[str, Any]:
         return {"seen_tokens": self.seen_tokens, "seen_flops": self.seen_flops}
@@ -64,13 +75,14 @@ class TokenThroughput(L.Callback):
         # a whole step, data loading included: from the previous step's end to this one's
         now, previous, self._start = time.perf_counter(), self._start, time.perf_counter()
         tokens = pl_module.tokens_in_batch(batch) * trainer.world_size
-        flops = pl_module.flops_in_batch(batch) * trainer.world_size
+        flops = self._flops(pl_module, batch) * trainer.world_size
         self.seen_tokens += tokens
         self.seen_flops += flops
         logging_step = trainer.global_step % max(1, trainer.log_every_n_steps) == 0
         if logging_step:
             pl_module.log("perf/tokens", float(self.seen_tokens))
-            pl_module.log("perf/flops", self.seen_flops)
+            if self.counts_flops:
+                pl_module.log("perf/flops", self.seen_flops)
         if previous is None or trainer.global_step <= self.warmup_steps:
             return
         elapsed = now - previous
@@ -83,7 +95,7 @@ class TokenThroughput(L.Callback):
         if logging_step and self._window_seconds:
             pl_module.log("perf/tokens_per_sec", self._window_tokens / self._window_seconds)
             pl_module.log("perf/train_s", trainer.global_step * self._seconds / self._steps)
-            if self.peak:  # per device: each rank's FLOPs over its own peak
+            if self.peak and self.counts_flops:  # per device: each rank's FLOPs over its own peak
                 pl_module.log("perf/mfu", self._window_flops / self._window_seconds / self.peak)
             self._window_tokens, self._window_seconds, self._window_flops = 0, 0.0, 0.0
 

@@ -124,29 +124,17 @@ def last_logged(trainer: L.Trainer) -> dict[str, float]:
     """The last value of every metric in the run's metrics.csv but the test ones: what a
     resumed run had logged before (its last validation), for a summary that keeps every
     metric when the resumed fit has no step left to log anew."""
-    import csv
-
     from lightning.pytorch.loggers import CSVLogger
+
+    from attnlab.compare.runs import CsvCurves
 
     logger = next((lg for lg in trainer.loggers if isinstance(lg, CSVLogger)), None)
     if logger is None:
         return {}
     logger.save()
-    path = Path(logger.log_dir) / "metrics.csv"
-    last: dict[str, float] = {}
-    try:
-        with path.open(newline="") as handle:
-            for row in csv.DictReader(handle):
-                for name, cell in row.items():
-                    if not name or name in ("epoch", "step") or name.startswith("test/"):
-                        continue
-                    try:
-                        last[name] = float(cell)
-                    except (TypeError, ValueError):
-                        continue
-    except (OSError, csv.Error):
-        return {}
-    return {k: v for k, v in last.items() if math.isfinite(v)}
+    curves = CsvCurves(Path(logger.log_dir) / "metrics.csv")
+    last = {name: float(curves.curve(name)[1][-1]) for name in curves.names()}
+    return {k: v for k, v in last.items() if not k.startswith("test/") and math.isfinite(v)}
 
 
 def model_settings(cfg: DictConfig, datamodule: AttnlabDataModule) -> dict[str, Any]:

@@ -37,6 +37,7 @@ CPU_BACKWARD = (
 )
 
 
+@functools.cache
 def available() -> bool:
     try:
         import torch.nn.attention.flex_attention  # noqa: F401

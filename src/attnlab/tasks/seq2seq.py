@@ -93,6 +93,12 @@ def bleu_signature() -> str:
     return bleu.get_signature().format()
 
 
+def reports_bleu(metrics: dict[str, float]) -> bool:
+    """Whether ``metrics`` hold a BLEU (``val/bleu``, ``test/bleu_len_01-10``, …), which then
+    travels with :func:`bleu_signature`."""
+    return any(name.rsplit("/", 1)[-1].startswith("bleu") for name in metrics)
+
+
 def bleu_by_length(examples: list[tuple[int, str, str]], edges: list[int]) -> dict[str, float]:
     """Corpus sacreBLEU per source-length bucket (Bahdanau et al. 2015, Fig. 2: BLEU against
     sentence length): ``edges`` are the buckets' upper ends in source words, the last bucket
