@@ -12,7 +12,12 @@ import pytest
 import torch
 
 from attnlab.bench import main
-from attnlab.bench.cases import Effort, decoder_only_vs_hf_gpt2, meets_target
+from attnlab.bench.cases import (
+    Effort,
+    decoder_only_generate_vs_hf,
+    decoder_only_vs_hf_gpt2,
+    meets_target,
+)
 from attnlab.bench.contenders import SIZES
 from attnlab.bench.timing import interleave
 
@@ -38,7 +43,9 @@ def test_targets_point_the_right_way() -> None:
     assert meets_target("decoder_only_vs_hf_gpt2", 0.7) and not meets_target(
         "decoder_only_vs_hf_gpt2", 0.9
     )
-    assert meets_target("kv_cache_speedup", 6.0) and not meets_target("kv_cache_speedup", 4.0)
+    assert meets_target("kv_cache_speedup", 9.0) and not meets_target("kv_cache_speedup", 6.0)
+    assert meets_target("decoder_only_generate_vs_hf", 2.5)
+    assert not meets_target("decoder_only_generate_vs_hf", 1.5)
     assert meets_target("sdpa_vs_math", 1.3) is None
 
 
@@ -66,6 +73,8 @@ def test_quick_run_writes_ratios_medians_and_configuration(tmp_path: Path, capsy
 def test_missing_transformers_skips_that_contender_with_a_message(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "transformers", None)  # import fails
     result = decoder_only_vs_hf_gpt2(SIZES["tiny"], Effort())
+    assert "transformers is not installed" in result["skipped"]
+    result = decoder_only_generate_vs_hf(SIZES["tiny"], Effort())
     assert "transformers is not installed" in result["skipped"]
 
 
@@ -102,10 +111,16 @@ def test_every_comparison_runs_at_a_tiny_size(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     ratios = json.loads(out.read_text())["ratios"]["tiny"]
     expected = {"decoder_only_vs_hf_gpt2", "encoder_decoder_vs_torch_transformer",
-                "lightning_overhead", "kv_cache_speedup", "sdpa_vs_math"}  # fmt: skip
+                "lightning_overhead", "kv_cache_speedup", "sdpa_vs_math",
+                "decoder_only_generate_vs_hf"}  # fmt: skip
     assert expected <= set(ratios)
     assert all(r is None or r > 0 for r in ratios.values())
-    assert json.loads(out.read_text())["results"]["tiny"]["kv_cache_speedup"]["outputs_match"]
+    results = json.loads(out.read_text())["results"]["tiny"]
+    assert results["kv_cache_speedup"]["outputs_match"]
+    assert set(results["kv_cache_speedup"]["contenders"]) == {"uncached", "cached_eager", "cached"}
+    assert results["kv_cache_speedup"]["compile_s"] > 0
+    if "skipped" not in results["decoder_only_generate_vs_hf"]:  # transformers installed
+        assert results["decoder_only_generate_vs_hf"]["outputs_match"]
 
 
 @pytest.mark.slow

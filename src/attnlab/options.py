@@ -16,6 +16,7 @@ from attnlab.errors import ConfigError
 
 SCHEDULES = ("cosine", "inverse_sqrt", "constant")
 STRATEGIES = ("greedy", "sample", "beam")
+DECODE_CACHES = ("auto", "static", "dynamic")
 
 
 def _require(ok: bool, key: str, value: Any, rule: str) -> None:
@@ -93,8 +94,26 @@ class DecodeConfig:
     beam_size: int = 4
     length_penalty: float = 0.6
     use_cache: bool = True
+    # static: buffers for the whole generation allocated once, every step the same shapes
+    # (where the model supports it: full attention); dynamic: buffers that grow as needed;
+    # auto: static when the step is compiled, dynamic otherwise (faster in eager mode)
+    cache: str = "auto"
+    # the one-token decoding step through torch.compile; auto: on CUDA only. Off by default:
+    # compiling takes longer than most generations on a CPU, and has not run on a GPU yet
+    compile: bool | str = False
 
     def __post_init__(self) -> None:
+        if self.cache not in DECODE_CACHES:
+            raise ConfigError(
+                f"decode.cache={self.cache} is not valid; use one of: {', '.join(DECODE_CACHES)}"
+            )
+        _require(self.compile in (True, False, "auto"), "decode.compile", self.compile,
+                 "true, false or auto")  # fmt: skip
+        if self.compile is True and self.cache == "dynamic":
+            raise ConfigError(
+                "decode.compile=true needs decode.cache=static (or auto): a dynamic cache "
+                "changes shape every step, so its step would recompile every time"
+            )
         if self.strategy not in STRATEGIES:
             raise ConfigError(
                 f"decode.strategy={self.strategy} is not valid; use one of: {', '.join(STRATEGIES)}"

@@ -6,22 +6,26 @@ or ``{"skipped": reason}``; the ratio's direction is in ``RATIO_MEANING``.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
+from torch import Tensor, nn
 
 from attnlab.bench.contenders import (
     BenchSize,
     TorchTransformerSeq2Seq,
+    gpt2_state_dict,
     hf_gpt2,
     our_decoder_only,
     our_encoder_decoder,
     random_tokens,
     training_step,
 )
-from attnlab.bench.timing import Timing, interleave, matmul_share
-from attnlab.models.generation import DecodeConfig, generate
+from attnlab.bench.timing import Timing, interleave, matmul_share, synchronize
+from attnlab.models.generation import NEVER_GENERATED, DecodeConfig, generate
+from attnlab.special_tokens import PAD
 
 RATIO_MEANING = {
     "decoder_only_vs_hf_gpt2": "ours / GPT2LMHeadModel, seconds per training step "
@@ -32,8 +36,11 @@ RATIO_MEANING = {
     "(default callbacks, CSV logger, rich progress bar)",
     "lightning_overhead_minimal": "Lightning Trainer / bare loop, seconds per step in steady state "
     "(no logger, no checkpointing, no progress bar)",
-    "kv_cache_speedup": "uncached / cached, seconds to decode 256 tokens, batch 1 "
-    "(higher is better)",
+    "kv_cache_speedup": "uncached / cached, seconds to decode 256 tokens, batch 1; cached: "
+    "the static cache and the compiled step, in steady state (higher is better)",
+    "decoder_only_generate_vs_hf": "GPT2LMHeadModel.generate / attnlab generate, seconds to "
+    "decode 256 tokens, batch 1, the same weights; attnlab: the static cache and the compiled "
+    "step, in steady state (higher is better)",
     "sdpa_vs_math": "attn_impl=sdpa / attn_impl=math, seconds per training step (lower is better)",
 }
 
@@ -42,7 +49,8 @@ TARGETS = {
     "decoder_only_vs_hf_gpt2": ("<=", 0.8),
     "encoder_decoder_vs_torch_transformer": ("<=", 1.0),
     "lightning_overhead": ("<=", 1.10),
-    "kv_cache_speedup": (">=", 5.0),
+    "kv_cache_speedup": (">=", 8.0),
+    "decoder_only_generate_vs_hf": (">=", 2.0),
 }
 
 
@@ -71,7 +79,12 @@ class Effort:
 
 
 def _result(timing: Timing, first: str, second: str, **extra: Any) -> dict[str, Any]:
-    return {"ratio": timing.ratio(first, second), "contenders": timing.summary(), **extra}
+    """The ratio first / second of the medians; ``pair`` names them (there may be more
+    contenders, reported with their own ratios in ``extra``)."""
+    return {
+        "ratio": timing.ratio(first, second), "pair": [first, second],
+        "contenders": timing.summary(), **extra,
+    }  # fmt: skip
 
 
 def _time(steps: dict[str, Any], effort: Effort) -> Timing:
@@ -135,32 +148,96 @@ def sdpa_vs_math(size: BenchSize, effort: Effort) -> dict[str, Any]:
     return _result(_time(steps, effort), "sdpa", "math")
 
 
+DECODE_PROMPT = 16  # tokens before the generated ones in the decoding cases
+
+
+def _decoding(
+    model: nn.Module, prompt: Tensor, config: DecodeConfig, out: dict[str, Tensor], name: str
+) -> Any:
+    """A closure decoding ``config.max_new_tokens`` tokens into ``out[name]``, never stopping
+    at EOS."""
+
+    def run() -> None:
+        out[name] = generate(model, prompt, config, eos_id=None)
+
+    return run
+
+
+def _first_call_s(run: Any, device: torch.device) -> float:
+    """Seconds of one call: for a compiled step, mostly its compilation."""
+    start = time.perf_counter()
+    run()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
 def kv_cache_decoding(size: BenchSize, effort: Effort, batch: int) -> dict[str, Any]:
-    """Greedy decoding of ``new_tokens`` tokens after a 16-token prompt, never stopping at EOS.
+    """Greedy decoding of ``new_tokens`` tokens after a 16-token prompt, never stopping at EOS:
+    without a cache, with the dynamic cache in eager mode, and with the static cache and
+    the compiled step (``decode.compile=true``; its compilation is timed once before the
+    rounds and reported as ``compile_s``, not in the medians).
 
     The model's position table is sized for prompt + new tokens; its weights are random,
     which costs the same as trained ones.
     """
-    prompt_len = 16
-    model = our_decoder_only(size, max_len=prompt_len + effort.new_tokens)
+    model = our_decoder_only(size, max_len=DECODE_PROMPT + effort.new_tokens)
     model = model.to(effort.device).eval()
-    prompt = random_tokens(replace(size, batch=batch), prompt_len, effort.device)
-    outputs: dict[bool, torch.Tensor] = {}
-
-    def decode(use_cache: bool) -> Any:
-        config = DecodeConfig(max_new_tokens=effort.new_tokens, use_cache=use_cache)
-
-        def run() -> None:
-            outputs[use_cache] = generate(model, prompt, config, eos_id=None)
-
-        return run
-
-    steps = {"uncached": decode(False), "cached": decode(True)}
+    prompt = random_tokens(replace(size, batch=batch), DECODE_PROMPT, effort.device)
+    outputs: dict[str, Tensor] = {}
+    configs = {
+        "uncached": DecodeConfig(max_new_tokens=effort.new_tokens, use_cache=False),
+        "cached_eager": DecodeConfig(max_new_tokens=effort.new_tokens, compile=False),
+        "cached": DecodeConfig(max_new_tokens=effort.new_tokens, compile=True),
+    }
+    steps = {name: _decoding(model, prompt, cfg, outputs, name) for name, cfg in configs.items()}
+    compile_s = _first_call_s(steps["cached"], effort.device)
     timing = interleave(steps, effort.decode_rounds, 1, 1, effort.device, effort.clock)
-    same = bool(torch.equal(outputs[True], outputs[False]))
+    same = all(torch.equal(out, outputs["uncached"]) for out in outputs.values())
     return _result(
-        timing, "uncached", "cached", new_tokens=effort.new_tokens, prompt_tokens=prompt_len,
+        timing, "uncached", "cached", eager_ratio=timing.ratio("uncached", "cached_eager"),
+        compile_s=compile_s, new_tokens=effort.new_tokens, prompt_tokens=DECODE_PROMPT,
         batch=batch, outputs_match=same,
+    )  # fmt: skip
+
+
+def decoder_only_generate_vs_hf(size: BenchSize, effort: Effort) -> dict[str, Any]:
+    """attnlab's ``generate`` against ``GPT2LMHeadModel.generate`` with the same weights:
+    GPT-2's block (tanh GELU, no embedding scale), greedy, batch 1, a 16-token prompt,
+    ``new_tokens`` new ones; Hugging Face with its KV cache and the three ids attnlab never
+    generates suppressed, so both must produce the same tokens (``outputs_match``)."""
+    length = DECODE_PROMPT + effort.new_tokens
+    ours = our_decoder_only(size, max_len=length, ffn="gelu_tanh", scale_embeddings=False)
+    theirs = hf_gpt2(replace(size, block=length))
+    if theirs is None:
+        return {"skipped": "transformers is not installed (pip install 'attnlab[bench]')"}
+    theirs.load_state_dict(gpt2_state_dict(ours))
+    ours, theirs = ours.to(effort.device).eval(), theirs.to(effort.device).eval()
+    prompt = random_tokens(replace(size, batch=1), DECODE_PROMPT, effort.device)
+    outputs: dict[str, Tensor] = {}
+    compiled = DecodeConfig(max_new_tokens=effort.new_tokens, compile=True)
+    eager = DecodeConfig(max_new_tokens=effort.new_tokens, compile=False)
+
+    def hf_generate() -> None:
+        with torch.inference_mode():
+            out = theirs.generate(
+                prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
+                max_new_tokens=effort.new_tokens, min_new_tokens=effort.new_tokens,
+                use_cache=True, suppress_tokens=list(NEVER_GENERATED), pad_token_id=PAD,
+            )  # fmt: skip
+        outputs["hf"] = out[:, DECODE_PROMPT:]
+
+    steps = {
+        "hf_generate": hf_generate,
+        "attnlab": _decoding(ours, prompt, compiled, outputs, "attnlab"),
+        "attnlab_eager": _decoding(ours, prompt, eager, outputs, "attnlab_eager"),
+    }
+    compile_s = _first_call_s(steps["attnlab"], effort.device)
+    timing = interleave(steps, effort.decode_rounds, 1, 1, effort.device, effort.clock)
+    same = all(torch.equal(outputs["hf"], outputs[name]) for name in ("attnlab", "attnlab_eager"))
+    return _result(
+        timing, "hf_generate", "attnlab",
+        eager_ratio=timing.ratio("hf_generate", "attnlab_eager"), compile_s=compile_s,
+        new_tokens=effort.new_tokens, prompt_tokens=DECODE_PROMPT, outputs_match=same,
     )  # fmt: skip
 
 
@@ -192,6 +269,7 @@ def run_all(
     for i, batch in enumerate(effort.decode_batches):
         key = "kv_cache_speedup" if i == 0 else f"kv_cache_speedup_batch{batch}"
         jobs.append((key, lambda b=batch: kv_cache_decoding(size, effort, b)))
+    jobs.append(("decoder_only_generate_vs_hf", lambda: decoder_only_generate_vs_hf(size, effort)))
     results: dict[str, dict[str, Any]] = {}
     for key, job in jobs:
         if only is not None and key not in only:

@@ -80,7 +80,8 @@ def _line(size: str, key: str, result: dict[str, Any]) -> str:
 
     if "skipped" in result:
         return f"{size:<6} {key:<38} skipped: {result['skipped']}"
-    first, second = (result["contenders"][name]["median_s"] for name in result["contenders"])
+    pair = result.get("pair") or list(result["contenders"])[:2]
+    first, second = (result["contenders"][name]["median_s"] for name in pair)
     target = TARGETS.get(key)
     verdict = ""
     if target:

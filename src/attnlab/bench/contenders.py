@@ -88,6 +88,30 @@ def hf_gpt2(size: BenchSize) -> nn.Module | None:
     return GPT2LMHeadModel(config)
 
 
+def gpt2_state_dict(model: TransformerModel) -> dict[str, Tensor]:
+    """attnlab ``decoder_only`` weights (GPT-2's block, learned positions, tied embeddings)
+    under ``GPT2LMHeadModel``'s names; its Conv1D layers store W transposed (in × out)."""
+    ours = model.state_dict()
+    out = {
+        "transformer.wte.weight": ours["embedding.weight_table.weight"],
+        "transformer.wpe.weight": ours["decoder.positions.table.weight"],
+        "transformer.ln_f.weight": ours["decoder.final_norm.weight"],
+        "transformer.ln_f.bias": ours["decoder.final_norm.bias"],
+        "lm_head.weight": ours["lm_head.weight"],
+    }
+    names = {  # GPT-2 name: (attnlab name, transposed)
+        "ln_1": ("attn_residual.norm", False), "attn.c_attn": ("self_attn.in_proj", True),
+        "attn.c_proj": ("self_attn.out_proj", True), "ln_2": ("ffn_residual.norm", False),
+        "mlp.c_fc": ("ffn.linear1", True), "mlp.c_proj": ("ffn.linear2", True),
+    }  # fmt: skip
+    for i in range(model.cfg.n_layers):
+        for theirs, (name, transposed) in names.items():
+            weight = ours[f"decoder.layers.{i}.{name}.weight"]
+            out[f"transformer.h.{i}.{theirs}.weight"] = weight.t() if transposed else weight
+            out[f"transformer.h.{i}.{theirs}.bias"] = ours[f"decoder.layers.{i}.{name}.bias"]
+    return out
+
+
 class TorchTransformerSeq2Seq(nn.Module):
     """``torch.nn.Transformer`` with attnlab's token embedding, sinusoidal positions and
     tied output layer. nn.Transformer adds a final LayerNorm to each stack even when

@@ -11,10 +11,12 @@ cache is its state. ``use_cache=False`` recomputes everything at every step
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
-from attnlab.models.interface import Architecture
+from attnlab.models.interface import Architecture, DecodingState
 from attnlab.options import STRATEGIES, DecodeConfig
 from attnlab.special_tokens import BOS, EOS, MASK, PAD
 
@@ -23,9 +25,13 @@ __all__ = ["STRATEGIES", "DecodeConfig", "generate", "filter_logits"]
 NEVER_GENERATED = (PAD, BOS, MASK)
 
 
+@functools.cache
+def _never_generated(device: torch.device) -> Tensor:
+    return torch.tensor(NEVER_GENERATED, device=device)
+
+
 def _ban_specials(logits: Tensor) -> Tensor:
-    logits[:, list(NEVER_GENERATED)] = float("-inf")
-    return logits
+    return logits.index_fill_(1, _never_generated(logits.device), float("-inf"))
 
 
 def filter_logits(logits: Tensor, top_k: int | None, top_p: float | None) -> Tensor:
@@ -66,7 +72,7 @@ def generate(
     max_new = cfg.max_new_tokens or inputs.size(1) + 50
     if cfg.strategy == "beam":
         return beam_search(model, inputs, cfg, max_new, eos_id)
-    stepper = model.start_decoding(inputs, cfg.use_cache)
+    stepper = start(model, inputs, cfg, max_new)
     B = inputs.size(0)
     finished = torch.zeros(B, dtype=torch.bool, device=inputs.device)
     out: list[Tensor] = []
@@ -77,8 +83,8 @@ def generate(
         else:
             logits = filter_logits(logits / max(cfg.temperature, 1e-6), cfg.top_k, cfg.top_p)
             token = torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
-        token = token.masked_fill(finished, PAD)
-        if eos_id is not None:
+        if eos_id is not None:  # without an EOS no row finishes
+            token = token.masked_fill(finished, PAD)
             finished |= token == eos_id
             token = token.masked_fill(token == eos_id, PAD)
         out.append(token)
@@ -86,6 +92,18 @@ def generate(
             break
         stepper.append(token)
     return torch.stack(out, dim=1) if out else inputs.new_full((B, 1), PAD)
+
+
+def start(model: Architecture, inputs: Tensor, cfg: DecodeConfig, max_new: int) -> DecodingState:
+    """The model's decoding state, with a static cache and a compiled step where it has
+    them: ``decode.compile=true`` compiles the step (``auto``: on CUDA only; off by default,
+    as compiling takes longer than most generations on a CPU), ``decode.cache=auto`` is
+    static when the step is compiled (in eager mode the dynamic cache is faster)."""
+    stepper = model.start_decoding(inputs, cfg.use_cache)
+    compile = cfg.compile if cfg.compile != "auto" else inputs.device.type == "cuda"
+    if cfg.use_cache and (cfg.cache == "static" or (cfg.cache == "auto" and compile)):
+        stepper.reserve(max_new, bool(compile))
+    return stepper
 
 
 def gnmt_length_penalty(length: int, alpha: float) -> float:
@@ -103,7 +121,7 @@ def beam_search(
     grows, and lp is at most lp(max_new)).
     """
     B, K = inputs.size(0), cfg.beam_size
-    stepper = model.start_decoding(inputs, cfg.use_cache)
+    stepper = start(model, inputs, cfg, max_new)
     stepper.select(torch.arange(B, device=inputs.device).repeat_interleave(K))
     scores = torch.zeros(B, K, device=inputs.device)
     scores[:, 1:] = float("-inf")  # the first step expands beam 0 only

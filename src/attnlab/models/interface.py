@@ -113,6 +113,11 @@ class DecodingState:
     def select(self, index: Tensor) -> None:
         raise NotImplementedError
 
+    def reserve(self, max_new_tokens: int, compile: bool) -> None:
+        """Optional: at most ``max_new_tokens`` tokens will follow, so a cache may be
+        allocated once for them (a static cache) and, with ``compile``, its one-token step
+        compiled. The default keeps the state as it is."""
+
 
 class Architecture(nn.Module):
     """Base class of every architecture. Subclasses set ``feeding`` and build in ``__init__``.

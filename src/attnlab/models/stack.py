@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from attnlab.models.config import ModelConfig
-from attnlab.nn.attention import AttentionInputs
+from attnlab.nn.attention import AttentionInputs, StaticLayerCache
 from attnlab.nn.dropout import Dropout
 from attnlab.nn.layers import DecoderLayer, EncoderLayer, LayerSpec, ParallelLayer
 from attnlab.nn.norms import RESIDUALS, StackDepth, make_norm
@@ -88,6 +88,86 @@ class DecodingCache:
             self.positions = self.positions.index_select(0, index)
         if self.key_real is not None:
             self.key_real = self.key_real.index_select(0, index)
+
+
+class StaticCache:
+    """A decoding cache allocated once for ``capacity`` tokens (gpt-fast's static KV cache).
+
+    Every self-attention layer writes its new keys/values into preallocated buffers
+    (:class:`~attnlab.nn.attention.StaticLayerCache`) at the slots after the last filled
+    one, and each new query attends over all ``capacity`` slots with the unfilled ones
+    masked, so a decoding step has the same shapes at every length: one compiled graph
+    serves the whole generation (and replays as a CUDA graph). ``slot`` counts the filled
+    slots on the device, so no step reads a Python integer that changes.
+
+    Built from a :class:`DecodingCache` that has read the prompt (``from_prompt``): the
+    prompt itself runs the dynamic path once, so its logits are those of today's cache.
+    """
+
+    def __init__(self, layers: list[StaticLayerCache], positions: Tensor, key_real: Tensor):
+        self.layers = layers
+        self.positions, self.key_real = positions, key_real  # (B, capacity): of each slot
+        self.slots = torch.arange(positions.size(1), device=positions.device)
+        self.slot = torch.zeros(1, dtype=torch.long, device=positions.device)
+
+    @property
+    def capacity(self) -> int:
+        return self.positions.size(1)
+
+    @classmethod
+    def from_prompt(cls, cache: DecodingCache, capacity: int) -> StaticCache:
+        """The keys, values, positions and padding of ``cache`` in buffers of ``capacity``
+        slots (at least its length); cross-attention entries are kept as they are."""
+        assert cache.positions is not None, "the prompt has not been read"
+        n = cache.length
+        B = max(layer["k"].size(0) for layer in cache.layers)
+        device = cache.positions.device
+        positions = torch.zeros(B, capacity, dtype=torch.long, device=device)
+        positions[:, :n] = cache.positions
+        key_real = torch.zeros(B, capacity, dtype=torch.bool, device=device)
+        key_real[:, :n] = True if cache.key_real is None else cache.key_real
+        layers = []
+        for layer in cache.layers:
+            k, v = layer["k"], layer["v"]
+            buffers = []
+            for filled in (k, v):
+                buffer = filled.new_zeros(B, filled.size(1), capacity, filled.size(3))
+                buffer[:, :, :n] = filled
+                buffers.append(buffer)
+            static = StaticLayerCache(*buffers)
+            static.update((name, t) for name, t in layer.items() if name.startswith("cross_"))
+            layers.append(static)
+        static_cache = cls(layers, positions, key_real)
+        static_cache.slot.fill_(n)
+        return static_cache
+
+    def tensors(self) -> list[Tensor]:
+        """Every buffer written in place (``torch._dynamo.mark_static_address`` for CUDA
+        graphs)."""
+        kv = [t for layer in self.layers for t in (layer.k_buffer, layer.v_buffer)]
+        return [*kv, self.positions, self.key_real, self.slot]
+
+    def record(self, index: Tensor, positions: Tensor, key_real: Tensor) -> None:
+        """Store the positions (B|1, T) and padding (B, T) of the new tokens in slots
+        ``index`` (T,)."""
+        self.positions[:, index] = positions.expand(self.positions.size(0), -1)
+        self.key_real[:, index] = key_real
+
+    def visible(self, index: Tensor, prefix_len: Tensor | None) -> Tensor:
+        """(B, 1, T, capacity): ``attention_mask`` over the slots, for queries at ``index``."""
+        slots = self.slots.view(1, 1, -1)
+        mask = slots <= index.view(1, -1, 1)
+        if prefix_len is not None:
+            mask = mask | (slots < prefix_len.view(-1, 1, 1))
+        mask = (mask & self.key_real.unsqueeze(1)) | (slots == index.view(1, -1, 1))
+        return mask.unsqueeze(1)
+
+    def reorder(self, index: Tensor) -> None:
+        """Select batch rows in place (beam search), the buffers keeping their addresses."""
+        for layer in self.layers:
+            layer.reorder(index)
+        for buffer in (self.positions, self.key_real):
+            buffer.copy_(buffer.index_select(0, index))
 
 
 def attention_mask(
@@ -206,8 +286,41 @@ class TransformerStack(nn.Module):
         new ones only.
         """
         B, T = embeds.shape[:2] if embeds is not None else tokens.shape  # type: ignore[union-attr]
-        offset = cache.length if cache is not None else 0
         device = (embeds if embeds is not None else tokens).device  # type: ignore[union-attr]
+        if isinstance(cache, StaticCache):
+            positions, inputs = self._static_inputs(tokens, positions, key_real, cache, prefix_len)
+        else:
+            positions, inputs = self._inputs(
+                tokens, positions, key_real, cache, prefix_len, T, device
+            )
+
+        memory_inputs = None
+        if memory is not None:
+            memory_mask = None if memory_real is None else memory_real[:, None, None, :]
+            memory_inputs = AttentionInputs(mask=memory_mask)
+
+        x = embeds if embeds is not None else self.embedding(tokens)
+        x = self.dropout(self.positions.embed(x, positions))
+        for i, layer in enumerate(self.layers):
+            if self.causal:
+                layer_cache = cache.layers[i] if cache is not None else None
+                args = (x, inputs, memory, memory_inputs, layer_cache)
+            else:
+                args = (x, inputs)
+            if self.checkpointing and self.training:
+                x = checkpoint(layer, *args, use_reentrant=False)
+            else:
+                x = layer(*args)
+        if isinstance(cache, StaticCache):
+            cache.slot.add_(T)
+        return self.final_norm(x)
+
+    def _inputs(
+        self, tokens: Tensor | None, positions: Tensor | None, key_real: Tensor | None,
+        cache: DecodingCache | None, prefix_len: Tensor | None, T: int, device: torch.device,
+    ) -> tuple[Tensor, AttentionInputs]:  # fmt: skip
+        """The positions of the new tokens and what every self-attention layer needs."""
+        offset = cache.length if cache is not None else 0
         q_index = torch.arange(offset, offset + T, device=device)
         if positions is None:
             positions = q_index
@@ -245,21 +358,42 @@ class TransformerStack(nn.Module):
             q_offset=offset,
         )
 
-        memory_inputs = None
-        if memory is not None:
-            memory_mask = None if memory_real is None else memory_real[:, None, None, :]
-            memory_inputs = AttentionInputs(mask=memory_mask)
+        return positions, inputs
 
-        x = embeds if embeds is not None else self.embedding(tokens)
-        x = self.dropout(self.positions.embed(x, positions))
-        for i, layer in enumerate(self.layers):
-            if self.causal:
-                layer_cache = cache.layers[i] if cache is not None else None
-                args = (x, inputs, memory, memory_inputs, layer_cache)
-            else:
-                args = (x, inputs)
-            if self.checkpointing and self.training:
-                x = checkpoint(layer, *args, use_reentrant=False)
-            else:
-                x = layer(*args)
-        return self.final_norm(x)
+    def _static_inputs(
+        self, tokens: Tensor | None, positions: Tensor | None, key_real: Tensor | None,
+        cache: StaticCache, prefix_len: Tensor | None,
+    ) -> tuple[Tensor, AttentionInputs]:  # fmt: skip
+        """``_inputs`` over a :class:`StaticCache`: the mask, biases and position terms cover
+        all its slots, and nothing depends on how many are filled (no host sync, no Python
+        integer that changes from step to step). The caller checked the positions once for
+        the whole capacity (``supports_static``)."""
+        assert tokens is not None, "a static cache decodes tokens"
+        if key_real is None:  # a finished row is fed padding: hidden as a key, as in _inputs
+            key_real = tokens != self.pad_id
+        index = cache.slot + torch.arange(tokens.size(1), device=tokens.device)
+        if positions is None:
+            positions = index
+        cache.record(index, positions.view(-1, index.size(0)), key_real)
+        content = self.positions.content_dependent
+        return positions, AttentionInputs(
+            mask=cache.visible(index, prefix_len),
+            bias=self.positions.bias(positions, cache.positions),
+            rope=self.positions.rotary(positions),
+            scores=partial(self.positions.scores, q_pos=positions, k_pos=cache.positions)
+            if content
+            else None,
+            cache_index=index,
+        )
+
+    def supports_static(self, capacity: int) -> bool:
+        """Whether a :class:`StaticCache` of ``capacity`` slots serves this stack: full
+        attention (the other kinds keep what they need of the past in their own way) and
+        positions that reach ``capacity - 1``."""
+        if self.sparse:
+            return False
+        try:
+            self.positions.check(torch.arange(capacity), last=capacity - 1)
+        except ValueError:
+            return False
+        return True

@@ -18,7 +18,7 @@ from attnlab.models.config import ModelConfig
 from attnlab.models.flops import output_flops, transformer_flops
 from attnlab.models.initialization import initialize
 from attnlab.models.interface import ARCHITECTURES, Architecture, DecodingState, Feeding
-from attnlab.models.stack import DecodingCache, TokenEmbedding, TransformerStack
+from attnlab.models.stack import DecodingCache, StaticCache, TokenEmbedding, TransformerStack
 from attnlab.nn.norms import RESIDUALS, StackDepth
 from attnlab.special_tokens import BOS, PAD
 
@@ -234,14 +234,21 @@ class SourceDecoding(DecodingState):
         self.memory, self.memory_real = model.encode(src)
         self.tokens = torch.full((src.size(0), 1), BOS, device=src.device)
         self._fed = 0  # tokens already in the cache
+        self.fast = FastSteps()
+
+    def reserve(self, max_new_tokens: int, compile: bool) -> None:
+        if self.cache is not None:
+            self.fast.plan(1 + max_new_tokens, compile)  # BOS and the new tokens
 
     def logits(self) -> Tensor:
         new = self.tokens[:, self._fed :] if self.cache is not None else self.tokens
-        hidden = self.model.decoder(
-            new, memory=self.memory, memory_real=self.memory_real, cache=self.cache
-        )
+        if isinstance(self.cache, StaticCache):  # the same strides at every step
+            new = new.clone(memory_format=torch.contiguous_format)
+        step = self.fast.step(_source_step, self.cache)
+        logits = step(self.model, new, self.memory, self.memory_real, self.cache)
         self._fed = self.tokens.size(1)
-        return self.model.lm_head(hidden[:, -1]).float()  # only the last position predicts
+        self.cache = self.fast.after_first(self.cache, self.model.decoder)
+        return logits
 
     def append(self, token: Tensor) -> None:
         self.tokens = torch.cat([self.tokens, token[:, None]], dim=1)
@@ -252,6 +259,74 @@ class SourceDecoding(DecodingState):
         self.memory_real = self.memory_real.index_select(0, index)
         if self.cache is not None:
             self.cache.reorder(index)
+
+
+def _source_step(
+    model: EncoderDecoder, new: Tensor, memory: Tensor, memory_real: Tensor,
+    cache: DecodingCache | StaticCache | None,
+) -> Tensor:  # fmt: skip
+    hidden = model.decoder(new, memory=memory, memory_real=memory_real, cache=cache)
+    return model.lm_head(hidden[:, -1]).float()  # only the last position predicts
+
+
+def _prompt_step(
+    model: DecoderOnly, new: Tensor, positions: Tensor, key_real: Tensor | None,
+    cache: DecodingCache | StaticCache | None, prefix_len: Tensor | None,
+) -> Tensor:  # fmt: skip
+    hidden = model.hidden(
+        new, positions=positions, key_real=key_real, cache=cache, prefix_len=prefix_len
+    )
+    return model.lm_head(hidden[:, -1]).float()
+
+
+_COMPILED: dict[tuple[object, str], object] = {}
+
+
+def compiled(step: object, device: torch.device) -> object:
+    """``torch.compile(step)``, once per step function and device type, so every
+    generation reuses the graphs (guards check shapes, not which cache object is passed).
+    On CUDA in ``reduce-overhead`` mode: the step replays as a CUDA graph."""
+    key = (step, device.type)
+    if key not in _COMPILED:
+        mode = "reduce-overhead" if device.type == "cuda" else None
+        _COMPILED[key] = torch.compile(step, mode=mode)  # type: ignore[call-overload]
+    return _COMPILED[key]
+
+
+class FastSteps:
+    """The static cache and compiled step of one generation (``DecodingState.reserve``).
+
+    The first ``logits()`` reads the prompt (or BOS) through the dynamic cache, as
+    without it; ``after_first`` then moves that cache into a :class:`StaticCache` of the
+    planned capacity, when the stack supports one, and from there on ``step`` gives the
+    compiled step when asked for.
+    """
+
+    def __init__(self) -> None:
+        self.capacity: int | None = None
+        self.compile = False
+
+    def plan(self, capacity: int, compile: bool) -> None:
+        self.capacity, self.compile = capacity, compile
+
+    def step(self, step: object, cache: DecodingCache | StaticCache | None) -> object:
+        if self.compile and isinstance(cache, StaticCache):
+            return compiled(step, cache.slot.device)
+        return step
+
+    def after_first(
+        self, cache: DecodingCache | StaticCache | None, stack: TransformerStack
+    ) -> DecodingCache | StaticCache | None:
+        if not isinstance(cache, DecodingCache) or self.capacity is None:
+            return cache
+        capacity, self.capacity = self.capacity, None  # once
+        if capacity < cache.length or not stack.supports_static(capacity):
+            return cache
+        static = StaticCache.from_prompt(cache, capacity)
+        if self.compile and static.slot.device.type == "cuda":
+            for tensor in static.tensors():  # updated in place: CUDA graphs may keep them
+                torch._dynamo.mark_static_address(tensor)
+        return static
 
 
 class PromptDecoding(DecodingState):
@@ -271,25 +346,43 @@ class PromptDecoding(DecodingState):
             else None
         )
         self._fed = 0
+        self.fast = FastSteps()
+
+    def reserve(self, max_new_tokens: int, compile: bool) -> None:
+        if self.cache is not None:
+            self.fast.plan(self.tokens.size(1) + max_new_tokens, compile)
 
     def logits(self) -> Tensor:
+        if isinstance(self.cache, StaticCache):  # only the tokens appended since
+            step = self.fast.step(_prompt_step, self.cache)
+            new, positions, prefix_len = self.tokens, self.positions, self.prefix_len
+            logits = step(self.model, new, positions, None, self.cache, prefix_len)
+            self.tokens, self.positions = self.tokens[:, :0], self.positions[:, :0]
+            return logits
         use_cache = self.cache is not None
         start = self._fed if use_cache else 0
         new = self.tokens[:, start:]
         key_real = None  # no padding among the new tokens: no mask to build
         if self.padded and not (use_cache and start > 0):
             key_real = self.key_real[:, start:]  # generated tokens are never padding
-        hidden = self.model.hidden(
-            new,
-            positions=self.positions[:, start:],
-            key_real=key_real,
-            cache=self.cache,
-            prefix_len=self.prefix_len,
-        )
+        positions = self.positions[:, start:]
+        logits = _prompt_step(self.model, new, positions, key_real, self.cache, self.prefix_len)
         self._fed = self.tokens.size(1)
-        return self.model.lm_head(hidden[:, -1]).float()
+        self.cache = self.fast.after_first(self.cache, self.model.decoder)
+        if isinstance(self.cache, StaticCache):  # from here on, only what is not yet fed
+            self._last_position = self.positions[:, -1:]
+            self.tokens, self.positions = self.tokens[:, :0], self.positions[:, :0]
+        return logits
 
     def append(self, token: Tensor) -> None:
+        if isinstance(self.cache, StaticCache):  # (B, 1) tensors of the same strides each step
+            self._last_position = self._last_position + 1
+            if self.tokens.size(1) == 0:
+                self.tokens, self.positions = token[:, None], self._last_position
+            else:
+                self.tokens = torch.cat([self.tokens, token[:, None]], dim=1)
+                self.positions = torch.cat([self.positions, self._last_position], dim=1)
+            return
         self.tokens = torch.cat([self.tokens, token[:, None]], dim=1)
         self.positions = torch.cat([self.positions, self.positions[:, -1:] + 1], dim=1)
         self.key_real = torch.cat([self.key_real, torch.ones_like(token[:, None]).bool()], 1)
@@ -300,6 +393,8 @@ class PromptDecoding(DecodingState):
         self.key_real = self.key_real.index_select(0, index)
         if self.prefix_len is not None:
             self.prefix_len = self.prefix_len.index_select(0, index)
+        if isinstance(self.cache, StaticCache):
+            self._last_position = self._last_position.index_select(0, index)
         if self.cache is not None:
             self.cache.reorder(index)
 

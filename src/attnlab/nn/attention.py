@@ -94,6 +94,8 @@ class AttentionInputs:
     # that are not padding (B, Tk) over the whole history, and the first query's key index
     key_real: Tensor | None = None
     q_offset: int = 0
+    # with a static decoding cache: the slots (T,) the new keys and values are written to
+    cache_index: Tensor | None = None
 
 
 class ProjectionRows:
@@ -133,6 +135,30 @@ def append_to_cache(cache: dict[str, Tensor], k: Tensor, v: Tensor) -> tuple[Ten
         buffer[:, :, n : n + t] = new
         cache[name] = buffer[:, :, : n + t]
     return cache["k"], cache["v"]
+
+
+class StaticLayerCache(dict):
+    """One layer's keys and values in buffers allocated once, (B, H_kv, capacity, d_head)
+    (gpt-fast's static cache): a decoding step writes its keys into the slots
+    ``AttentionInputs.cache_index`` and attends over every slot, the unfilled ones masked,
+    so every step has the same shapes (one compiled graph, CUDA-graph replay). As a dict
+    it also holds the projected encoder keys/values of cross-attention."""
+
+    def __init__(self, k: Tensor, v: Tensor) -> None:
+        super().__init__()
+        self.k_buffer, self.v_buffer = k, v
+
+    def write(self, index: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        self.k_buffer[:, :, index] = k
+        self.v_buffer[:, :, index] = v
+        return self.k_buffer, self.v_buffer
+
+    def reorder(self, index: Tensor) -> None:
+        """Select batch rows in place (the buffers keep their addresses)."""
+        for buffer in (self.k_buffer, self.v_buffer):
+            buffer.copy_(buffer.index_select(0, index))
+        for name, tensor in self.items():
+            self[name] = tensor.index_select(0, index)
 
 
 class MultiHeadAttention(nn.Module):
@@ -230,7 +256,9 @@ class MultiHeadAttention(nn.Module):
                 q, k = apply_rotary(q, *inputs.rope), apply_rotary(k, *inputs.rope)
             if self.kind is not None:
                 return self._output(self._attend_kind(q, k, v, inputs, cache))
-            if cache is not None:
+            if isinstance(cache, StaticLayerCache):
+                k, v = cache.write(inputs.cache_index, k, v)  # type: ignore[arg-type]
+            elif cache is not None:
                 k, v = append_to_cache(cache, k, v)
         else:  # cross-attention: K, V from the encoder output
             q = self._heads(F.linear(x, weight[:d], bias[:d]))
@@ -247,13 +275,17 @@ class MultiHeadAttention(nn.Module):
                     cache["cross_k"], cache["cross_v"] = k, v
         dropout_p = self.dropout if self.training else 0.0
         bias = inputs.bias
+        # a static-cache step writes the softmax out: compiled, it becomes one fused kernel
+        # per layer, faster on a CPU than SDPA's kernel for one query over masked slots
+        explicit = inputs.cache_index is not None and memory is None
         if self._folds_groups(q, inputs, memory):
-            return self._output(self._grouped_attention(q, k, v, inputs.mask, bias, dropout_p))
+            out = self._grouped_attention(q, k, v, inputs.mask, bias, dropout_p, explicit)
+            return self._output(out)
         k, v = self._repeat_kv(k, v)  # each K/V head serves a group of query heads
         if inputs.scores is not None and memory is None:
             term = inputs.scores(q, k)
             bias = term if bias is None else bias + term
-        if self.impl == "math" or self.record_weights:
+        if self.impl == "math" or self.record_weights or explicit:
             out, weights = math_attention(q, k, v, inputs.mask, bias, dropout_p, inputs.is_causal)
             if self.record_weights:
                 self.last_weights = weights.detach()
@@ -278,7 +310,7 @@ class MultiHeadAttention(nn.Module):
 
     def _grouped_attention(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None,
-        dropout_p: float,
+        dropout_p: float, explicit: bool = False,
     ) -> Tensor:  # fmt: skip
         """Grouped-query attention without repeating K and V (Ainslie et al. 2023, §2.2):
         the g = H / H_kv query heads that share K/V head j are g·T_q query rows of head j,
@@ -294,7 +326,10 @@ class MultiHeadAttention(nn.Module):
             return t.expand(t.size(0), H, Tq, t.size(-1)).reshape(t.size(0), Hkv, -1, t.size(-1))
 
         q = q.reshape(B, Hkv, (H // Hkv) * Tq, Dh)
-        out = fused_attention(q, k, v, fold(mask), fold(bias), dropout_p)
+        if explicit:
+            out = math_attention(q, k, v, fold(mask), fold(bias), dropout_p)[0]
+        else:
+            out = fused_attention(q, k, v, fold(mask), fold(bias), dropout_p)
         return out.view(B, H, Tq, Dh)
 
     def _repeat_kv(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
