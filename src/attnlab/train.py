@@ -288,6 +288,12 @@ def main(argv: list[str] | None = None) -> int:
     with user_errors():
         argv = torchrun_run_dir(argv)
     overrides, multirun, flags = _split(argv)
+    if "--help" in argv or "-h" in argv:
+        from attnlab.cli.help import help_text
+
+        with user_errors():
+            print(help_text(config_dir(), overrides))
+        return 0
     with user_errors():
         conf = str(config_dir())
         if not flags:

@@ -203,16 +203,22 @@ def check_top_level(cfg: dict[str, Any]) -> None:
 
 
 def check_cheap(cfg: dict[str, Any]) -> None:
-    """What needs neither Lightning nor the data modules: top level, model, optim, task, decode."""
-    from attnlab.models.config import ModelConfig
+    """What needs neither Lightning nor the data modules: top level, model, optim, task, decode.
+
+    The checks that import nothing heavy come first, the registry names read from source
+    among them, so most typos are refused before torch is imported (``ModelConfig``)."""
+    from attnlab.cli.names import check_model_names
     from attnlab.options import DecodeConfig, OptimConfig, TaskConfig
 
     check_top_level(cfg)
-    model = {**(cfg.get("model") or {}), "vocab_size": 1}
-    check_dataclass(ModelConfig, model, "model.").validated()
+    check_model_names(cfg.get("model"))
     check_dataclass(OptimConfig, cfg.get("optim") or {}, "optim.")
     check_dataclass(TaskConfig, cfg.get("task") or {}, "task.")
     check_dataclass(DecodeConfig, cfg.get("decode") or {}, "decode.")
+    from attnlab.models.config import ModelConfig
+
+    model = {**(cfg.get("model") or {}), "vocab_size": 1}
+    check_dataclass(ModelConfig, model, "model.").validated()
 
 
 def check_run_config(cfg: Any, source: str) -> None:

@@ -1,0 +1,132 @@
+"""Start-up: ``--help`` and refusals of bad values come before torch is imported.
+
+Seconds are measured by the benchmarks in docs/performance.md, not here; these tests check
+the causes: which modules a command imports before it answers.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnlab.cli.help import config_groups, help_text
+from attnlab.cli.names import check_model_names, known_names, scan, source_registries
+from attnlab.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
+
+
+def imported_modules(args: list[str], tmp_path: Path) -> tuple[subprocess.CompletedProcess, set]:
+    """Run ``python -X importtime -m <args>``; the process and the modules it imported."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "ATTNLAB_LOG_DIR": str(tmp_path / "logs")}
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", *args], capture_output=True, text=True,
+        env=env, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    modules = {
+        line.rsplit("|", 1)[1].strip()
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    return done, modules
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["attnlab.train", "--help"], ["attnlab.eval", "--help"], ["attnlab.generate", "--help"],
+     ["attnlab.compare", "--help"], ["attnlab.bench", "--help"]],
+    ids=lambda c: c[0],
+)  # fmt: skip
+def test_every_help_answers_without_importing_torch(command: list[str], tmp_path: Path) -> None:
+    done, modules = imported_modules(command, tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "torch" not in modules and "lightning" not in modules
+    assert f"attnlab-{command[0].removeprefix('attnlab.')}" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [("model.norm=postln", "model.norm=postln is not a known option; use one of: deepnorm, post"),
+     ("model.pos=rotary", "model.pos=rotary is not a known option"),
+     ("model.name=gpt", "model=gpt is not a known option"),
+     ("optim.lr=-1", "optim.lr=-1"), ("decode.cache=ring", "decode.cache=ring is not valid")],
+)  # fmt: skip
+def test_a_bad_value_is_refused_before_torch_with_no_run_directory(
+    override: str, message: str, tmp_path: Path
+) -> None:
+    done, modules = imported_modules(["attnlab.train", override], tmp_path)
+    assert done.returncode == 2
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert "torch" not in modules and "lightning" not in modules
+    assert not (tmp_path / "logs").exists()
+
+
+def test_names_read_from_source_are_the_registries_names() -> None:
+    from attnlab.models import ARCHITECTURES
+    from attnlab.nn.attention_kinds import ATTENTION_KINDS
+    from attnlab.nn.feedforward import FEEDFORWARDS
+    from attnlab.nn.norms import NORM_TYPES, RESIDUALS
+    from attnlab.nn.positions import POSITIONS
+    from attnlab.tasks import TASKS
+
+    registries = [ARCHITECTURES, ATTENTION_KINDS, FEEDFORWARDS, NORM_TYPES, RESIDUALS, POSITIONS,
+                  TASKS]  # fmt: skip
+    read = source_registries()
+    assert set(read) == {r.key for r in registries}
+    for registry in registries:
+        assert sorted(read[registry.key][2]) == registry.names(), registry.key
+
+
+def test_a_name_registered_at_run_time_is_accepted(monkeypatch) -> None:
+    from attnlab.nn.norms import RESIDUALS
+
+    monkeypatch.setattr(RESIDUALS, "_items", {**RESIDUALS._items, "rezero": RESIDUALS.get("pre")})
+    assert "rezero" in known_names("model.norm")
+    check_model_names({"norm": "rezero"})
+    with pytest.raises(ConfigError, match="model.norm=rezer is not a known option"):
+        check_model_names({"norm": "rezer"})
+
+
+def test_a_registry_with_a_name_that_is_not_a_literal_is_left_to_the_full_check(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "a.py").write_text(
+        'A = Registry("model.a")\n@A.register("one")\nclass One: ...\n'
+        'B: Registry[int] = Registry("model.b")\nB.register("x")(1)\n'
+        'for name in ("two",):\n    B.register(name)(2)\n'
+    )
+    read = scan(tmp_path, package="pkg")
+    assert read == {"model.a": ("pkg.a", "A", frozenset({"one"}))}
+
+
+def test_help_lists_the_groups_hydra_lists() -> None:
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.object_type import ObjectType
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            hydra = GlobalHydra.instance().hydra
+            loader = hydra.config_loader
+            theirs = {
+                group: sorted(loader.get_group_options(group, results_filter=ObjectType.CONFIG))
+                for group in hydra.list_all_config_groups()
+                if group.split("/")[0] != "hydra"
+                and loader.get_group_options(group, results_filter=ObjectType.CONFIG)
+            }
+    finally:
+        GlobalHydra.instance().clear()
+    assert config_groups(CONF) == theirs
+
+
+def test_help_shows_the_config_composed_with_the_overrides() -> None:
+    text = help_text(CONF, ["model=encoder_decoder", "optim.lr=0.5"])
+    assert "name: encoder_decoder" in text and "lr: 0.5" in text
+    assert "model: _base, decoder_only, encoder_decoder" in text
+    assert "${oc.env:ATTNLAB_LOG_DIR,logs}" in text  # unresolved, as Hydra shows it
