@@ -1,0 +1,155 @@
+"""attnlab against nanoGPT on the baby GPT (Tiny Shakespeare, characters), whole processes in turns.
+
+    python scripts/race_nanogpt.py                       # 3 rounds, attnlab eager and compiled
+    python scripts/race_nanogpt.py --rounds 1 --max-iters 50 --contenders nanogpt,attnlab
+
+nanoGPT (``../shared/reference/nanogpt``, unmodified) runs from a copy in a temporary folder
+with its own ``prepare.py`` over the shared Tiny Shakespeare (no download), with the CPU
+setting of its README and attnlab's validation schedule (every 500 steps, 20 batches);
+attnlab runs ``experiment=nanogpt_shakespeare_char_cpu``, the same shape and optimiser.
+Each round runs every contender once, in an order that rotates from round to round, and
+times the whole process (start-up, compilation, validation, checkpoints). Printed: seconds
+and final validation loss per run, the median per contender, and each attnlab contender's
+ratio to nanoGPT within each round and over the medians. ``--json`` keeps all of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+NANOGPT_VAL = re.compile(r"step (\d+): train loss [\d.]+, val loss ([\d.]+)")
+
+
+def nanogpt_command(max_iters: int, compile: bool) -> list[str]:
+    """nanoGPT README's CPU command for the baby GPT; validation as attnlab's experiment."""
+    return [
+        sys.executable, "train.py", "config/train_shakespeare_char.py", "--device=cpu",
+        f"--compile={compile}", "--eval_iters=20", "--eval_interval=500", "--log_interval=50",
+        "--block_size=64", "--batch_size=12", "--n_layer=4", "--n_head=4", "--n_embd=128",
+        f"--max_iters={max_iters}", f"--lr_decay_iters={max_iters}", "--dropout=0.0",
+    ]  # fmt: skip
+
+
+def attnlab_command(max_iters: int, compile: bool) -> list[str]:
+    return [
+        sys.executable, "-m", "attnlab.train", "experiment=nanogpt_shakespeare_char_cpu",
+        f"model.compile={str(compile).lower()}", f"trainer.max_steps={max_iters}",
+        f"optim.decay_steps={max_iters}", "trainer.enable_progress_bar=false",
+    ]  # fmt: skip
+
+
+def prepare_nanogpt(source: Path, data_root: Path, work: Path) -> Path:
+    """A copy of nanoGPT with its shakespeare_char data prepared from the shared text."""
+    target = work / "nanogpt"
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns(".git", "out-*", "*.bin"))
+    folder = target / "data" / "shakespeare_char"
+    shutil.copy(data_root / "tinyshakespeare" / "input.txt", folder / "input.txt")
+    subprocess.run([sys.executable, "prepare.py"], cwd=folder, check=True, capture_output=True)
+    return target
+
+
+def run(name: str, command: list[str], cwd: Path, env: dict[str, str]) -> dict:
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr)[-3000:]
+        raise SystemExit(f"error: {name} exited with {done.returncode}:\n{tail}")
+    return {"seconds": seconds, "val_loss": final_val_loss(name, done.stdout, env)}
+
+
+def final_val_loss(name: str, stdout: str, env: dict[str, str]) -> float | None:
+    if name.startswith("nanogpt"):
+        found = NANOGPT_VAL.findall(stdout)
+        return float(found[-1][1]) if found else None
+    match = re.search(r"summary:\s+(\S+summary\.json)", stdout)
+    if match is None:
+        return None
+    metrics = json.loads(Path(match.group(1)).read_text()).get("metrics", {})
+    return metrics.get("val/loss")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-iters", type=int, default=2000)
+    parser.add_argument(
+        "--contenders",
+        default="nanogpt,attnlab,attnlab_compiled",
+        help="some of: nanogpt, nanogpt_compiled, attnlab, attnlab_compiled",
+    )
+    parser.add_argument("--nanogpt", type=Path, default=REPO.parent / "shared/reference/nanogpt")
+    data_root = os.environ.get("ATTNLAB_DATA_ROOT", REPO.parent / "shared/data")
+    parser.add_argument("--data", type=Path, default=Path(data_root))
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    if not (args.nanogpt / "train.py").is_file():
+        print(f"error: no nanoGPT at {args.nanogpt}; pass --nanogpt DIR", file=sys.stderr)
+        return 2
+    if not (args.data / "tinyshakespeare" / "input.txt").is_file():
+        print(f"error: no tinyshakespeare/input.txt under {args.data}; pass --data DIR",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    names = args.contenders.split(",")
+    with tempfile.TemporaryDirectory(prefix="race_nanogpt_") as tmp:
+        work = Path(tmp)
+        nanogpt = prepare_nanogpt(args.nanogpt, args.data, work)
+        env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "ATTNLAB_LOG_DIR": str(work / "logs"),
+               "ATTNLAB_DATA_ROOT": str(args.data), "WANDB_MODE": "disabled"}  # fmt: skip
+        commands = {
+            "nanogpt": (nanogpt_command(args.max_iters, False), nanogpt),
+            "nanogpt_compiled": (nanogpt_command(args.max_iters, True), nanogpt),
+            "attnlab": (attnlab_command(args.max_iters, False), work),
+            "attnlab_compiled": (attnlab_command(args.max_iters, True), work),
+        }
+        rounds: list[dict[str, dict]] = []
+        for r in range(args.rounds):
+            order = names[r % len(names) :] + names[: r % len(names)]  # A B C, B C A, …
+            results = {}
+            for name in order:
+                command, cwd = commands[name]
+                results[name] = run(name, command, cwd, env)
+                print(f"round {r + 1} {name:<17} {results[name]['seconds']:7.1f} s  "
+                      f"val loss {results[name]['val_loss']}", flush=True)  # fmt: skip
+            rounds.append(results)
+    report = summarise(rounds, names)
+    report["config"] = {"max_iters": args.max_iters, "rounds": args.rounds,
+                        "cpu_count": os.cpu_count(), "python": sys.version.split()[0]}  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+    return 0
+
+
+def summarise(rounds: list[dict[str, dict]], names: list[str]) -> dict:
+    medians = {n: statistics.median(r[n]["seconds"] for r in rounds) for n in names}
+    print(f"\n{'contender':<17} {'median s':>9} {'val loss (each round)':>24}")
+    for name in names:
+        losses = ", ".join(f"{r[name]['val_loss']:.3f}" for r in rounds if r[name]["val_loss"])
+        print(f"{name:<17} {medians[name]:9.1f} {losses:>24}")
+    ratios: dict[str, dict] = {}
+    base = "nanogpt" if "nanogpt" in names else None
+    if base is not None:
+        for name in names:
+            if name == base:
+                continue
+            per_round = [r[name]["seconds"] / r[base]["seconds"] for r in rounds]
+            ratios[name] = {"per_round": per_round, "of_medians": medians[name] / medians[base]}
+            shown = " ".join(f"{x:.3f}" for x in per_round)
+            print(f"{name} / nanogpt: per round {shown}; of the medians "
+                  f"{ratios[name]['of_medians']:.3f}")  # fmt: skip
+    return {"rounds": rounds, "median_s": medians, "ratios_to_nanogpt": ratios}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
