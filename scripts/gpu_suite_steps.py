@@ -121,6 +121,7 @@ SHORT = {
     "decoder_only_vs_hf_gpt2": "vs HF GPT-2", "encoder_decoder_vs_torch_transformer":
     "vs nn.Transformer", "lightning_overhead": "Lightning", "lightning_overhead_minimal":
     "Lightning min", "kv_cache_speedup": "KV cache", "sdpa_vs_math": "sdpa/math",
+    "decoder_only_generate_vs_hf": "generate vs HF",
 }  # fmt: skip
 
 
@@ -128,7 +129,8 @@ def plan_bench(s: Settings) -> list[Job]:
     args = ["--json", str(s.work / "bench.json")]
     args += ["--quick", "--sizes", "tiny", "--device", "cpu", "--threads", "1"] if s.tiny else [
         "--device", "cuda"]  # fmt: skip
-    return [Job("bench", [sys.executable, "-m", "attnlab.bench", *args], 180 if s.tiny else 240)]
+    # the decoding cases compile their step once per model (tens of seconds on a CPU)
+    return [Job("bench", [sys.executable, "-m", "attnlab.bench", *args], 300 if s.tiny else 240)]
 
 
 def read_bench(s: Settings, ran: list[Ran], done: dict[int, StepResult]) -> StepResult:

@@ -1,0 +1,80 @@
+"""scripts/race_nanogpt.py: attnlab against nanoGPT, whole processes in turns."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NANOGPT = REPO.parent / "shared" / "reference" / "nanogpt"
+DATA = Path(os.environ.get("ATTNLAB_DATA_ROOT", REPO.parent / "shared" / "data"))
+
+
+def load_race():
+    spec = importlib.util.spec_from_file_location("race_nanogpt", REPO / "scripts/race_nanogpt.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def test_nanogpt_runs_its_readme_cpu_setting_with_attnlabs_validation() -> None:
+    race = load_race()
+    command = race.nanogpt_command(2000, compile=False)
+    for flag in ("--device=cpu", "--compile=False", "--block_size=64", "--batch_size=12",
+                 "--n_layer=4", "--n_head=4", "--n_embd=128", "--max_iters=2000",
+                 "--lr_decay_iters=2000", "--dropout=0.0", "--eval_iters=20",
+                 "--eval_interval=500"):  # fmt: skip
+        assert flag in command
+    assert "experiment=nanogpt_shakespeare_char_cpu" in race.attnlab_command(2000, True)
+    assert "model.compile=true" in race.attnlab_command(2000, True)
+
+
+def test_nanogpts_final_validation_loss_is_read_from_its_log() -> None:
+    race = load_race()
+    log = "step 0: train loss 4.2, val loss 4.1\niter 10\n"
+    log += "step 2000: train loss 1.7, val loss 1.88\n"
+    assert race.final_val_loss("nanogpt", log, {}) == pytest.approx(1.88)
+
+
+def test_ratios_are_taken_within_each_round_and_over_the_medians(capsys) -> None:
+    race = load_race()
+    seconds = [(100.0, 80.0), (120.0, 90.0), (110.0, 99.0)]
+    rounds = [
+        {"nanogpt": {"seconds": a, "val_loss": 1.9}, "attnlab": {"seconds": b, "val_loss": 1.8}}
+        for a, b in seconds
+    ]
+    report = race.summarise(rounds, ["nanogpt", "attnlab"])
+    ratios = report["ratios_to_nanogpt"]["attnlab"]
+    assert ratios["per_round"] == pytest.approx([0.8, 0.75, 0.9])
+    assert ratios["of_medians"] == pytest.approx(90.0 / 110.0)
+    assert "attnlab / nanogpt" in capsys.readouterr().out
+
+
+def test_a_missing_nanogpt_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts/race_nanogpt.py"), "--nanogpt", str(tmp_path)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and "no nanoGPT at" in done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (NANOGPT / "train.py").is_file(), reason="nanoGPT is not beside the repo")
+@pytest.mark.skipif(not (DATA / "tinyshakespeare").is_dir(), reason="Tiny Shakespeare is absent")
+def test_a_short_race_runs_both_and_reports_a_ratio(tmp_path: Path) -> None:
+    out = tmp_path / "race.json"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts/race_nanogpt.py"), "--rounds", "1",
+         "--max-iters", "20", "--contenders", "nanogpt,attnlab", "--json", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["ratios_to_nanogpt"]["attnlab"]["of_medians"] > 0
+    assert all(r["val_loss"] is not None for r in report["rounds"][0].values())
