@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Depth and stability, Pre-LN vs Post-LN vs DeepNorm at 6, 12 and 24 layers per stack on Multi30k de→en
 # (Liu et al. 2020; Xiong et al. 2020, §3.3). First the gradient-norm profile at
-# initialisation (one batch, no training, ~1–2 min), then the training sweep (18 runs), then
+# initialisation (one batch, no training, ~1–2 min), then the training sweep (27 runs), then
 # results.md and the plots next to this script.
 #   experiments/depth_stability/run.sh
 #   PROFILE_ONLY=1 experiments/depth_stability/run.sh   # the cheap part only
 #   experiments/depth_stability/run.sh hydra/launcher=joblib hydra.launcher.n_jobs=2  # 2 at once
 #   SWEEP=logs/study_depth/multiruns/<existing> SKIP_TRAIN=1 …/run.sh   # re-tabulate only
 source "$(dirname "$0")/../study.sh"
-SEEDS="${SEEDS:-0,1}"
+SEEDS="${SEEDS:-0,1,2}"
 SWEEP="${SWEEP:-logs/study_depth/multiruns/$STAMP}"
 
 if [ -z "${SKIP_TRAIN:-}" ]; then
@@ -23,7 +23,10 @@ train_sweep "$SWEEP" experiment=study_depth \
 
 BY=(--by model.norm model.n_layers)
 "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --metric test/bleu val/loss test/loss wall_s \
-    --plot "$HERE/val_loss.png" > "$HERE/results.md"
+    --vs-best --plot "$HERE/val_loss.png" > "$HERE/results.md"
+{  # the same tests on val/loss
+  "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --metric val/loss --vs-best | grep '^Welch'
+} >> "$HERE/results.md"
 "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --curve-metric train/loss \
     --plot "$HERE/train_loss.png" > /dev/null
 "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --curve-metric diag/grad_ratio_last_first \

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Pre-LN vs Post-LN × warmup × peak learning rate on Multi30k de→en (Xiong et al. 2020, §3.2).
-# Runs the sweep (24 runs), then writes results.md and the plots next to this script.
+# Runs the sweep (36 runs: 12 settings × 3 seeds), then writes results.md and the plots next to this script.
 #   experiments/preln_vs_postln_warmup/run.sh
-#   SEEDS=0,1,2 experiments/preln_vs_postln_warmup/run.sh
+#   SEEDS=0,1 experiments/preln_vs_postln_warmup/run.sh          # fewer seeds
 #   experiments/preln_vs_postln_warmup/run.sh hydra/launcher=joblib hydra.launcher.n_jobs=2  # 2 at once
 #   SWEEP=logs/study_preln_postln/multiruns/<existing> SKIP_TRAIN=1 …/run.sh   # re-tabulate only
 source "$(dirname "$0")/../study.sh"
-SEEDS="${SEEDS:-0,1}"
+SEEDS="${SEEDS:-0,1,2}"
 SWEEP="${SWEEP:-logs/study_preln_postln/multiruns/$STAMP}"
 
 # diverged Post-LN runs are an expected outcome here
@@ -15,7 +15,12 @@ train_sweep "$SWEEP" experiment=study_preln_postln \
 
 BY=(--by model.norm optim.warmup_steps optim.lr)
 "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --metric test/bleu val/bleu val/loss test/loss \
-    --plot "$HERE/val_loss.png" > "$HERE/results.md"
+    --vs-best --plot "$HERE/val_loss.png" > "$HERE/results.md"
+{  # the same tests on val/loss; Pre-LN against Post-LN over all six settings
+  "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --metric val/loss --vs-best | grep '^Welch'
+  echo
+  "$PY" -m attnlab.compare "$SWEEP" --by model.norm --metric test/bleu val/loss --vs pre post
+} >> "$HERE/results.md"
 "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --curve-metric train/loss \
     --plot "$HERE/train_loss.png" > /dev/null
 "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --curve-metric diag/grad_ratio_last_first \
