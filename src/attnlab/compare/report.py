@@ -129,7 +129,7 @@ def _legend(rows: Sequence[dict[str, Any]], metrics: Sequence[str], header: Sequ
     legend += f"{CONFIDENCE:.0%} CI: bootstrap CI of the mean (BCa, 9999 resamples, seed 0; "
     legend += "percentile below 3 runs)."
     if any(name.endswith(" IQM") for name in header):
-        legend += f" Median and IQM (mean of the middle 50 %) from {ROBUST_FROM} runs."
+        legend += f" Median and IQM (mean of the middle 50 %): groups of ≥ {ROBUST_FROM} runs."
     if metrics and any(r["best"] for r in rows):
         direction = "lower" if lower_is_better(metrics[0]) else "higher"
         legend += f" {BEST} best {metrics[0]} ({direction} is better)."
