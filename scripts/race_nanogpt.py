@@ -66,10 +66,10 @@ def run(name: str, command: list[str], cwd: Path, env: dict[str, str]) -> dict:
     if done.returncode != 0:
         tail = (done.stdout + done.stderr)[-3000:]
         raise SystemExit(f"error: {name} exited with {done.returncode}:\n{tail}")
-    return {"seconds": seconds, "val_loss": final_val_loss(name, done.stdout, env)}
+    return {"seconds": seconds, "val_loss": final_val_loss(name, done.stdout)}
 
 
-def final_val_loss(name: str, stdout: str, env: dict[str, str]) -> float | None:
+def final_val_loss(name: str, stdout: str) -> float | None:
     if name.startswith("nanogpt"):
         found = NANOGPT_VAL.findall(stdout)
         return float(found[-1][1]) if found else None

@@ -39,7 +39,7 @@ def test_nanogpts_final_validation_loss_is_read_from_its_log() -> None:
     race = load_race()
     log = "step 0: train loss 4.2, val loss 4.1\niter 10\n"
     log += "step 2000: train loss 1.7, val loss 1.88\n"
-    assert race.final_val_loss("nanogpt", log, {}) == pytest.approx(1.88)
+    assert race.final_val_loss("nanogpt", log) == pytest.approx(1.88)
 
 
 def test_ratios_are_taken_within_each_round_and_over_the_medians(capsys) -> None:

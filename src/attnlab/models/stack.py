@@ -120,7 +120,7 @@ class StaticCache:
         slots (at least its length); cross-attention entries are kept as they are."""
         assert cache.positions is not None, "the prompt has not been read"
         n = cache.length
-        B = max(layer["k"].size(0) for layer in cache.layers)
+        B = cache.layers[0]["k"].size(0)
         device = cache.positions.device
         positions = torch.zeros(B, capacity, dtype=torch.long, device=device)
         positions[:, :n] = cache.positions
@@ -311,8 +311,6 @@ class TransformerStack(nn.Module):
                 x = checkpoint(layer, *args, use_reentrant=False)
             else:
                 x = layer(*args)
-        if isinstance(cache, StaticCache):
-            cache.slot.add_(T)
         return self.final_norm(x)
 
     def _inputs(
@@ -372,6 +370,7 @@ class TransformerStack(nn.Module):
         if key_real is None:  # a finished row is fed padding: hidden as a key, as in _inputs
             key_real = tokens != self.pad_id
         index = cache.slot + torch.arange(tokens.size(1), device=tokens.device)
+        cache.slot.add_(tokens.size(1))  # the layers write at ``cache_index``, not at ``slot``
         if positions is None:
             positions = index
         cache.record(index, positions.view(-1, index.size(0)), key_real)

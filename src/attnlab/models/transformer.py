@@ -375,13 +375,10 @@ class PromptDecoding(DecodingState):
         return logits
 
     def append(self, token: Tensor) -> None:
-        if isinstance(self.cache, StaticCache):  # (B, 1) tensors of the same strides each step
+        if isinstance(self.cache, StaticCache):  # only what is not yet fed: fresh (B, 1) tensors
             self._last_position = self._last_position + 1
-            if self.tokens.size(1) == 0:
-                self.tokens, self.positions = token[:, None], self._last_position
-            else:
-                self.tokens = torch.cat([self.tokens, token[:, None]], dim=1)
-                self.positions = torch.cat([self.positions, self._last_position], dim=1)
+            self.tokens = torch.cat([self.tokens, token[:, None]], dim=1)
+            self.positions = torch.cat([self.positions, self._last_position], dim=1)
             return
         self.tokens = torch.cat([self.tokens, token[:, None]], dim=1)
         self.positions = torch.cat([self.positions, self.positions[:, -1:] + 1], dim=1)

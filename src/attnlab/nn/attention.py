@@ -277,7 +277,7 @@ class MultiHeadAttention(nn.Module):
         bias = inputs.bias
         # a static-cache step writes the softmax out: compiled, it becomes one fused kernel
         # per layer, faster on a CPU than SDPA's kernel for one query over masked slots
-        explicit = inputs.cache_index is not None and memory is None
+        explicit = inputs.cache_index is not None
         if self._folds_groups(q, inputs, memory):
             out = self._grouped_attention(q, k, v, inputs.mask, bias, dropout_p, explicit)
             return self._output(out)
