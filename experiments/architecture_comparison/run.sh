@@ -20,7 +20,7 @@ TAG="${TAG:-}"
 run_part() {  # part, experiments, metrics, metric for the curves' plot, second metric to test
   local part="$1" experiments="$2" metrics="$3" curve="$4" second="$5"
   local sweep="${SWEEP:-logs/study_architectures/multiruns/${part}${TAG}_$STAMP}"
-  local out="$HERE/results_${part}${TAG}.md" first="${3%% *}"
+  local out="$HERE/results_${part}${TAG}.md" first="${metrics%% *}"
   train_sweep "$sweep" experiment="$experiments" seed="$SEEDS" "${EXTRA[@]}"
   # shellcheck disable=SC2086  # $metrics is a list of metric names
   "$PY" -m attnlab.compare "$sweep" --by experiment_name --metric $metrics \

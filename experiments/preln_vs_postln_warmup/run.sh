@@ -22,10 +22,10 @@ BY=(--by model.norm optim.warmup_steps optim.lr)
   "$PY" -m attnlab.compare "$SWEEP" --by model.norm --metric test/bleu val/loss --vs pre post
   echo
   # planned comparisons the README reads (Holm over these three and the pooled test there)
+  label() { set -- $1; echo "model.norm=$1 optim.warmup_steps=$2 optim.lr=$3"; }
   for pair in "post 500 0.001|post 0 0.001" "post 500 0.0005|post 0 0.0005" \
               "pre 0 0.0005|post 0 0.0005"; do
     IFS='|' read -r a b <<< "$pair"
-    label() { set -- $1; echo "model.norm=$1 optim.warmup_steps=$2 optim.lr=$3"; }
     "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --metric test/bleu --vs "$(label "$a")" \
         "$(label "$b")" | grep '^Welch'
   done
