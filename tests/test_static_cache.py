@@ -193,6 +193,23 @@ def test_the_compiled_step_generates_todays_tokens_without_recompiling() -> None
     assert compiled_frames() == frames  # the second generation reused the graph
 
 
+def test_later_steps_skip_guards_yet_each_model_gets_its_own_graph() -> None:
+    # Two models with the same tensor shapes whose graphs differ (ReLU, GELU): after the
+    # first step of a generation only the guards that tell graphs apart run, so a second
+    # model must still be caught by that first step's full check and compiled for.
+    torch._dynamo.reset()
+    prompts = left_padded_prompts()
+    models = {ffn: make("decoder_only", max_len=64, ffn=ffn) for ffn in ("relu", "gelu")}
+    expected = {
+        ffn: generate(model, prompts, DecodeConfig(max_new_tokens=12, use_cache=False))
+        for ffn, model in models.items()
+    }
+    assert not torch.equal(expected["relu"], expected["gelu"])  # the check can tell them apart
+    for ffn in ("relu", "gelu", "relu"):
+        compiled = generate(models[ffn], prompts, DecodeConfig(max_new_tokens=12, compile=True))
+        assert torch.equal(compiled, expected[ffn]), ffn
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "name,overrides,strategy",

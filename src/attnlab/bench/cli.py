@@ -32,7 +32,7 @@ def effort_for(size: BenchSize, quick: bool, device: torch.device, clock: str) -
     effort = Effort(device=device, clock=clock)
     if quick:
         effort = replace(
-            effort, rounds=5, calls=2, decode_rounds=2, lightning_steps=30,
+            effort, rounds=5, calls=2, decode_rounds=3, lightning_steps=30,
             lightning_rounds=2, lightning_minimal=False,
         )  # fmt: skip
     big = size.d_model >= 512 and device.type == "cpu"

@@ -11,6 +11,9 @@ Each implements :class:`~attnlab.models.interface.Architecture` and declares its
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -285,11 +288,18 @@ _COMPILED: dict[tuple[object, str], object] = {}
 def compiled(step: object, device: torch.device) -> object:
     """``torch.compile(step)``, once per step function and device type, so every
     generation reuses the graphs (guards check shapes, not which cache object is passed).
-    On CUDA in ``reduce-overhead`` mode: the step replays as a CUDA graph."""
+    On CUDA in ``reduce-overhead`` mode: the step replays as a CUDA graph. On a CPU with
+    inductor's C++ wrapper, which calls the kernels from C++ instead of Python, and with
+    one-row matmuls as BLAS takes them (:mod:`attnlab.models.row_matmuls`)."""
     key = (step, device.type)
     if key not in _COMPILED:
-        mode = "reduce-overhead" if device.type == "cuda" else None
-        _COMPILED[key] = torch.compile(step, mode=mode)  # type: ignore[call-overload]
+        if device.type == "cuda":
+            _COMPILED[key] = torch.compile(step, mode="reduce-overhead")  # type: ignore[call-overload]
+        else:
+            from attnlab.models.row_matmuls import OneRowMatmuls
+
+            options = {"cpp_wrapper": True, "post_grad_custom_post_pass": OneRowMatmuls()}
+            _COMPILED[key] = torch.compile(step, options=options)  # type: ignore[call-overload]
     return _COMPILED[key]
 
 
@@ -300,19 +310,32 @@ class FastSteps:
     without it; ``after_first`` then moves that cache into a :class:`StaticCache` of the
     planned capacity, when the stack supports one, and from there on ``step`` gives the
     compiled step when asked for.
+
+    The compiled step's first call in a generation checks all its guards, compiling again
+    for a model or shapes it has not seen; the later calls check only the guards that tell
+    its compiled graphs apart (``torch.compiler.set_stance(skip_guard_eval_unsafe=True)``:
+    the tensors' shapes, dtypes and devices, and whatever once forced a recompilation).
+    Nothing the other guards check changes within a generation (the same model, cache and
+    shapes at every step), and the graph they would choose was chosen by the first call.
+    At the baby size, batch 1, 2 threads: 476 µs a step against 594 µs with every guard.
     """
 
     def __init__(self) -> None:
         self.capacity: int | None = None
         self.compile = False
+        self.checked = False  # whether the compiled step has run once with all its guards
 
     def plan(self, capacity: int, compile: bool) -> None:
         self.capacity, self.compile = capacity, compile
 
     def step(self, step: object, cache: DecodingCache | StaticCache | None) -> object:
-        if self.compile and isinstance(cache, StaticCache):
-            return compiled(step, cache.slot.device)
-        return step
+        if not (self.compile and isinstance(cache, StaticCache)):
+            return step
+        fast = compiled(step, cache.slot.device)
+        if not self.checked:
+            self.checked = True
+            return fast
+        return functools.partial(_with_distinguishing_guards_only, fast)
 
     def after_first(
         self, cache: DecodingCache | StaticCache | None, stack: TransformerStack
@@ -327,6 +350,11 @@ class FastSteps:
             for tensor in static.tensors():  # updated in place: CUDA graphs may keep them
                 torch._dynamo.mark_static_address(tensor)
         return static
+
+
+def _with_distinguishing_guards_only(fast: Any, *args: object) -> Tensor:
+    with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+        return fast(*args)
 
 
 class PromptDecoding(DecodingState):
