@@ -317,7 +317,8 @@ class FastSteps:
     the tensors' shapes, dtypes and devices, and whatever once forced a recompilation).
     Nothing the other guards check changes within a generation (the same model, cache and
     shapes at every step), and the graph they would choose was chosen by the first call.
-    At the baby size, batch 1, 2 threads: 476 µs a step against 594 µs with every guard.
+    At the baby size, batch 1, 2 threads: 602 µs a token against 648 µs with every guard
+    (``scripts/decode_step_builds.py``).
     """
 
     def __init__(self) -> None:
