@@ -92,10 +92,25 @@ CONFIG_CASES: dict[str, tuple[list[str], str]] = {
         ["model.attention=sliding_window", "model.attn_impl=flex"],
         "model.attn_impl=flex has no backward pass on CPU",
     ),  # fmt: skip
+    # a position table shorter than the data's longest sequence, as each task lays it out
+    "max_len_source_sep_target": (
+        ["model=decoder_only", "model.pos=learned", "model.max_len=8"], "model.max_len=8",
+    ),  # fmt: skip
+    "max_len_teacher_forcing": (["model.pos=learned", "model.max_len=10"], "model.max_len=10"),
+    "max_len_lm_block": (
+        ["model=decoder_only", "model.pos=learned", "model.max_len=64", "data=associative_recall"],
+        "model.max_len=64",
+    ),  # fmt: skip
+    "max_len_classification": (
+        ["model=encoder_only", "model.pos=learned", "model.max_len=5", "data=majority"],
+        "model.max_len=5",
+    ),  # fmt: skip
 }
 # refused after Hydra made the run directory (the job itself found it): a failed summary
 IN_THE_JOB = (
     "encoder_only_seq2seq", "lightning_refuses", "wandb_log_model_offline", "flex_on_cpu",
+    "max_len_source_sep_target", "max_len_teacher_forcing", "max_len_lm_block",
+    "max_len_classification",
 )  # fmt: skip
 
 
@@ -143,6 +158,20 @@ def test_a_bad_config_value_is_refused_in_one_line(
         assert not (run_dir / "checkpoints").exists()
 
 
+@pytest.mark.parametrize(("overrides", "max_len"), [
+    (["model=decoder_only"], 22),  # source 10 + SEP + target 10 + EOS
+    ([], 11),  # the encoder-decoder's BOS + target 10
+])  # fmt: skip
+def test_a_position_table_just_long_enough_trains_and_decodes(
+    overrides: list[str], max_len: int, tmp_path: Path
+) -> None:
+    """The longest sequence fits exactly; validation decoding stops at the table's end."""
+    args = [*TINY, *overrides, "model.pos=learned", f"model.max_len={max_len}",
+            f"hydra.run.dir={tmp_path / 'run'}"]  # fmt: skip
+    assert attnlab_train.main(args) == 0
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "completed"
+
+
 # -- data files -----------------------------------------------------------------------------
 def _gz(path: Path, lines: list[str]) -> Path:
     with gzip.open(path, "wt") as f:
@@ -160,6 +189,16 @@ def corrupt_gzip(tmp: Path) -> list[str]:
     good = _gz(tmp / "good.en.gz", ["a b c"] * 20)
     bad = tmp / "bad.de.gz"
     bad.write_bytes(good.read_bytes()[:25])  # a truncated stream
+    return _translation(tmp, bad, good)
+
+
+def corrupt_gzip_stream(tmp: Path) -> list[str]:
+    good = _gz(tmp / "good.en.gz", [f"a b c {i}" for i in range(200)])
+    damaged = bytearray(good.read_bytes())
+    for i in range(60, 68):  # inside the deflate stream, past the 10-byte header
+        damaged[i] ^= 0xFF
+    bad = tmp / "flipped.de.gz"
+    bad.write_bytes(bytes(damaged))
     return _translation(tmp, bad, good)
 
 
@@ -199,6 +238,7 @@ def translation_without_files(tmp: Path) -> list[str]:
 
 DATA_CASES: dict[str, tuple[Callable[[Path], list[str]], str]] = {
     "corrupt_gzip": (corrupt_gzip, "bad.de.gz"),
+    "corrupt_gzip_stream": (corrupt_gzip_stream, "flipped.de.gz is a corrupt gzip file"),
     "unequal_lines": (unequal_lines, "differ in length"),
     "missing_text": (missing_text, "nowhere.txt"),
     "empty_text": (empty_text, "empty.txt"),

@@ -152,6 +152,7 @@ def wait_for_steps(run_dir: Path, proc: object, timeout: float = 120) -> None:
 
 @pytest.mark.parametrize(("signum", "status", "code"), [
     (signal.SIGINT, "interrupted", 130), (signal.SIGUSR1, "preempted", 143),
+    (signal.SIGTERM, "preempted", 143),  # SLURM's and torchrun's stop, Lightning's own handler
 ])  # fmt: skip
 def test_a_signal_stops_at_a_step_with_a_usable_last_checkpoint_and_a_second_run_is_refused(
     signum: int, status: str, code: int, tmp_path: Path, capfd: pytest.CaptureFixture[str]

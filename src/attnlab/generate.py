@@ -158,17 +158,23 @@ def batch_inputs(model: Any, task: str, prompts: list[list[int]], device: str) -
 
 def check_length(model: Any, task: str, inputs: Any, decode: Any, explicit: bool) -> None:
     """Learned position tables end at model.max_len: keep prompt + output inside it."""
+    from attnlab.models.generation import position_room
+
     cfg = model.cfg
-    if cfg.pos != "learned":
+    room = position_room(model, inputs)
+    if room is None:
         return
-    source = model.feeding.prompt_layout(task) == "source"
-    used = 1 if source else inputs.size(1)  # BOS, or the prompt
     if inputs.size(1) > cfg.max_len:
         raise ConfigError(
             f"a prompt has {inputs.size(1)} tokens, more than model.max_len={cfg.max_len}; "
             "shorten it"
         )
-    room = cfg.max_len - used
+    used = cfg.max_len - room
+    if room < 1:
+        raise ConfigError(
+            f"a prompt has {used} tokens, which leaves no position for a new one under "
+            f"model.max_len={cfg.max_len}; shorten it"
+        )
     wanted = decode.max_new_tokens or inputs.size(1) + 50
     if wanted > room:
         if explicit:

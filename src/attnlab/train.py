@@ -18,6 +18,7 @@ from typing import Any
 from attnlab.cli.common import (
     config_dir,
     fail,
+    hydra_errors,
     quiet_environment,
     register_resolvers,
     torchrun_run_dir,
@@ -311,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     saved_argv = sys.argv
     sys.argv = [saved_argv[0] if saved_argv else "attnlab-train", *argv]
     try:
-        app()
+        with hydra_errors():
+            app()
     finally:
         sys.argv = saved_argv
         GlobalHydra.instance().clear()  # so main() can be called again in one process

@@ -11,6 +11,12 @@ boundary, writes ``checkpoints/last.ckpt`` there (resumable with
 
 A handler that was installed before the run (submitit's, which requeues the
 job) is called after the checkpoint is written, so the requeued job finds it.
+
+Lightning installs a SIGTERM handler of its own when training starts (after
+``on_fit_start``): it raises ``SIGTERMException`` at the end of the step, before
+this callback could record the status. So the handlers are installed again in
+``on_train_start``, after Lightning's, and Lightning's record of the handlers to
+restore afterwards is pointed at the ones from before the run.
 """
 
 from __future__ import annotations
@@ -49,6 +55,17 @@ class GracefulStop(L.Callback):
             return  # signal handlers can only be set from the main thread
         for signum in STATUS_OF_SIGNAL:
             self._previous[signum] = signal.signal(signum, self._handle)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
+        if not self._previous:
+            return
+        connector = getattr(trainer, "_signal_connector", None)
+        originals = getattr(connector, "_original_handlers", None)
+        for signum, previous in self._previous.items():
+            if signal.getsignal(signum) != self._handle:  # replaced by Lightning's (SIGTERM)
+                signal.signal(signum, self._handle)
+            if isinstance(originals, dict) and signum in originals:
+                originals[signum] = previous  # what Lightning restores at its teardown
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         if trainer.world_size > 1:  # every rank stops at the same step

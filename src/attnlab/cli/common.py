@@ -7,6 +7,7 @@ import logging
 import os
 import re
 import sys
+import traceback
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
@@ -96,11 +97,57 @@ def fail(message: str) -> None:
 
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn a UserError into one ``error: …`` line and exit code 2."""
+    """Turn a UserError, or a write that failed for want of space or permission, into one
+    ``error: …`` line and exit code 2."""
+    from attnlab.cli.rundir import disk_error
+
     try:
         yield
     except UserError as exc:
         fail(str(exc))
+    except OSError as exc:
+        message = disk_error(exc)
+        if message is None:
+            raise
+        fail(message)
+
+
+@contextlib.contextmanager
+def hydra_errors() -> Iterator[None]:
+    """Around a Hydra app: a write of Hydra's own that fails for want of space or permission
+    (``.hydra/config.yaml`` in the run directory) ends in one ``error:`` line, exit code 2.
+
+    Hydra prints any exception escaping a run as a traceback and exits 1, unless
+    ``HYDRA_FULL_ERROR`` is set, when it lets the exception through; so it is set here,
+    and any other exception is printed and exits 1 as Hydra would (or propagates, when
+    the user asked for full errors).
+    """
+    from attnlab.cli.rundir import disk_error
+
+    asked = os.environ.get("HYDRA_FULL_ERROR", "0") == "1"
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        yield
+    except OSError as exc:
+        message = disk_error(exc)
+        if message is not None:
+            fail(message)
+        if asked:
+            raise
+        traceback.print_exc()
+        raise SystemExit(1) from None
+    except Exception as exc:
+        from hydra.errors import CompactHydraException
+
+        if asked:
+            raise
+        if isinstance(exc, CompactHydraException):  # Hydra's own short report
+            print(exc, file=sys.stderr)
+        else:
+            traceback.print_exc()
+        raise SystemExit(1) from None
+    finally:
+        os.environ["HYDRA_FULL_ERROR"] = "1" if asked else "0"
 
 
 class _DropAdvertisements(logging.Filter):

@@ -49,7 +49,12 @@ def print_config_tree(config: dict[str, Any], file: TextIO | None = None) -> Non
 
 
 class _Tee(io.TextIOBase):
-    """Writes to the console stream and, cleaned of redraws and colours, to the log."""
+    """Writes to the console stream and, cleaned of redraws and colours, to the log.
+
+    A log write that fails (a full or read-only disk) stops the copy into the log, with
+    one warning on the console: the run goes on, and the write that matters (a
+    checkpoint, summary.json) reports the disk in its own error line.
+    """
 
     def __init__(self, stream: TextIO, log: TextIO) -> None:
         self.stream, self.log = stream, log
@@ -58,13 +63,22 @@ class _Tee(io.TextIOBase):
         self.stream.write(text)
         # a logging handler made while this tee was sys.stderr may outlive the run's log
         if not self.log.closed and not _REDRAW.search(text):
-            self.log.write(_ANSI.sub("", text).replace("\r", ""))
+            self._to_log(lambda: self.log.write(_ANSI.sub("", text).replace("\r", "")))
         return len(text)
 
     def flush(self) -> None:
         self.stream.flush()
         if not self.log.closed:
-            self.log.flush()
+            self._to_log(self.log.flush)
+
+    def _to_log(self, write: Any) -> None:
+        try:
+            write()
+        except OSError as exc:
+            name = getattr(self.log, "name", "train.log")
+            with contextlib.suppress(OSError, ValueError):
+                self.log.close()  # its buffer cannot be written either
+            self.stream.write(f"warning: {name} is no longer written ({exc.strerror or exc})\n")
 
     def isatty(self) -> bool:
         return self.stream.isatty()
@@ -99,7 +113,10 @@ def log_to_file(run_dir: Path) -> Iterator[None]:
         for logger in loggers:
             logger.removeHandler(handler)
         sys.stdout, sys.stderr = saved
-        log.close()
+        try:
+            log.close()
+        except OSError as exc:  # the last lines could not be written: the disk is full
+            print(f"warning: {log.name} is incomplete ({exc.strerror or exc})", file=sys.stderr)
 
 
 def parallel_launcher(hydra_cfg: Any) -> bool:

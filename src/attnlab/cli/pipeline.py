@@ -149,7 +149,7 @@ def build_task(cfg: DictConfig, datamodule: AttnlabDataModule) -> Task:
     accelerator = str(cfg.trainer.get("accelerator", "cpu"))
     check_memory(model, accelerator, datamodule.task)
     check_flex(model, accelerator, bool(cfg.get("train", True)))
-    return task_class(datamodule.task)(
+    task = task_class(datamodule.task)(
         model=model,
         optim=container(cfg.optim),
         task=container(cfg.get("task")),
@@ -157,6 +157,37 @@ def build_task(cfg: DictConfig, datamodule: AttnlabDataModule) -> Task:
         num_classes=datamodule.num_classes,
         seed=int(cfg.seed),
     )
+    check_positions(task, datamodule)
+    return task
+
+
+def check_positions(task: Task, datamodule: AttnlabDataModule) -> None:
+    """A position table (``model.pos=learned``) reaches every position the data feeds.
+
+    The data module's longest sequences are laid out as the task feeds the model (BOS +
+    target, ``source SEP target EOS``, a block of ``block_size`` tokens), so a run that
+    would stop mid-step at its longest batch is refused before it starts.
+    """
+    import torch
+
+    from attnlab.nn.positions import POSITIONS
+
+    cfg = task.model_cfg
+    if not type(task.model).attention_heads or not POSITIONS.get(cfg.pos).max_len_bound:
+        return  # no positions (model=rnn), or no table to run past
+    longest = datamodule.longest()
+    if not longest:
+        return
+    shapes = {key: torch.zeros(1, n, dtype=torch.long) for key, n in longest.items()}
+    needed = max(task.sequence_lengths(shapes))
+    if needed > cfg.max_len:
+        lengths = ", ".join(f"{key} {n}" for key, n in longest.items())
+        raise ConfigError(
+            f"model.max_len={cfg.max_len} is shorter than the {needed} positions the data's "
+            f"longest sequence takes (longest {lengths} tokens) with model.pos={cfg.pos}; set "
+            f"model.max_len>={needed}, shorten the data, or use a scheme without a table "
+            "(model.pos=rope, alibi, sinusoidal)"
+        )
 
 
 def build_callbacks(cfg: DictConfig) -> list[L.Callback]:

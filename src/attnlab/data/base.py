@@ -20,8 +20,9 @@ Batch formats (all tensors ``torch.long`` unless marked):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import lightning as L
 
@@ -68,7 +69,24 @@ class AttnlabDataModule(L.LightningDataModule):
             return self.tokenizer.encode(text)
         return [int(t) for t in text.split()]
 
+    def longest(self) -> dict[str, int] | None:
+        """The longest length of each sequence in a batch, over every split, keyed as the
+        batch is (``{"tokens": block_size + 1}``, ``{"src": S, "tgt": T}``, …): what a
+        model with a position table must reach, known before training. None: not a
+        token sequence (images)."""
+        return None
+
     def save_tokenizer(self, run_dir: str | Path) -> None:
         """Write the tokenizer into the run directory so eval/generate decode alike."""
         if self.tokenizer is not None:
             self.tokenizer.save(Path(run_dir) / "tokenizer.json")
+
+
+def longest_in(examples: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """``longest`` of examples that are dicts of tensors: the longest 1-D tensor per key."""
+    out: dict[str, int] = {}
+    for example in examples:
+        for key, value in example.items():
+            if getattr(value, "dim", lambda: 0)() == 1:
+                out[key] = max(out.get(key, 0), int(value.size(0)))
+    return out

@@ -235,6 +235,10 @@ class ClassificationDataModule(CachedDataModule):
             self.num_classes = int(self.requested_num_classes)
 
     # -- loaders -------------------------------------------------------------------------------
+    def longest(self) -> dict[str, int]:
+        self._build()
+        return {"input_ids": max(int(d.ids.lengths.max()) for d in self.datasets.values())}
+
     def train_dataloader(self) -> DataLoader:
         """Shuffled batches, deterministic for ``seed``."""
         self._build()

@@ -10,6 +10,7 @@ import csv
 import gzip
 import io
 import os
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,7 +55,11 @@ def read_text(path: Path, key: str) -> str:
     """The whole file as UTF-8 text; DataError if it is not UTF-8 or holds no text."""
     try:
         raw = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
-    except (OSError, EOFError) as e:  # unreadable, or a broken .gz
+    except zlib.error as e:  # a .gz whose compressed stream is damaged past its header
+        raise DataError(
+            f"{key}: {path} is a corrupt gzip file ({e}); download or compress it again"
+        ) from e
+    except (OSError, EOFError) as e:  # unreadable, or a .gz cut short or not gzip at all
         raise DataError(
             f"{key}: cannot read {path} ({type(e).__name__}: {e}); check the file"
         ) from e

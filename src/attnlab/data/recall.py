@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from attnlab.data.base import NUM_SPECIAL, AttnlabDataModule
+from attnlab.data.base import NUM_SPECIAL, AttnlabDataModule, longest_in
 from attnlab.data.synthetic import SPLIT_OFFSETS, SymbolTokenizer, seeded_loader
 from attnlab.errors import ConfigError
 
@@ -116,6 +116,10 @@ class AssociativeRecallDataModule(AttnlabDataModule):
         for split in ("train", "val", "test"):
             if split not in self.splits:
                 self.splits[split] = self._generate(split)
+
+    def longest(self) -> dict[str, int]:
+        self.setup()
+        return longest_in(example for split in self.splits.values() for example in split)
 
     @staticmethod
     def collate(batch: list[dict[str, Tensor]]) -> dict[str, Tensor]:

@@ -16,7 +16,7 @@ from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader
 
-from attnlab.data.base import NUM_SPECIAL, PAD, SPECIAL_TOKENS, AttnlabDataModule
+from attnlab.data.base import NUM_SPECIAL, PAD, SPECIAL_TOKENS, AttnlabDataModule, longest_in
 from attnlab.data.sampling import EpochRandomSampler, ResumableDataLoader
 from attnlab.errors import ConfigError
 
@@ -156,6 +156,10 @@ class SyntheticDataModule(AttnlabDataModule):
         for split in ("train", "val", "test"):
             if split not in self.splits:
                 self.splits[split] = self._generate(split)
+
+    def longest(self) -> dict[str, int]:
+        self.setup()
+        return longest_in(example for split in self.splits.values() for example in split)
 
     @staticmethod
     def collate(batch: list[dict[str, Tensor]]) -> dict[str, Tensor]:

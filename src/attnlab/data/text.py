@@ -191,6 +191,9 @@ class TextDataModule(CachedDataModule):
         starts = eval_starts(len(tokens), self.block_size, self.eval_blocks)
         return self._loader(TokenBlocks(tokens, self.block_size, starts), shuffle=False)
 
+    def longest(self) -> dict[str, int]:
+        return {"tokens": self.block_size + 1}
+
     def train_dataloader(self) -> DataLoader:
         """Random-offset blocks, reshuffled each epoch, deterministic for ``seed``."""
         self._build()

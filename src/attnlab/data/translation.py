@@ -211,6 +211,11 @@ class TranslationDataModule(CachedDataModule):
             raise ConfigError(f"references: stage must be 'val' or 'test', got {stage!r}")
         return self._references[split]
 
+    def longest(self) -> dict[str, int]:
+        self._build()
+        return {side: max(int(getattr(d, side).lengths.max()) for d in self.datasets.values())
+                for side in ("src", "tgt")}  # fmt: skip
+
     def train_dataloader(self) -> DataLoader:
         """Length-bucketed batches in a seed-deterministic shuffled order."""
         self._build()

@@ -70,6 +70,9 @@ def generate(
     (B, S), right-padded (``source``), or a left-padded prompt (B, P) (``prompt``).
     """
     max_new = cfg.max_new_tokens or inputs.size(1) + 50
+    room = position_room(model, inputs)
+    if room is not None:  # a position table ends at model.max_len: stop there
+        max_new = max(0, min(max_new, room))
     if cfg.strategy == "beam":
         return beam_search(model, inputs, cfg, max_new, eos_id)
     stepper = start(model, inputs, cfg, max_new)
@@ -92,6 +95,18 @@ def generate(
             break
         stepper.append(token)
     return torch.stack(out, dim=1) if out else inputs.new_full((B, 1), PAD)
+
+
+def position_room(model: Architecture, inputs: Tensor) -> int | None:
+    """How many new tokens a position table (``model.pos=learned``) leaves after the
+    inputs — BOS for a model that encodes a source, else the prompt; None: no table."""
+    from attnlab.nn.positions import POSITIONS
+
+    cfg = model.cfg
+    if not type(model).attention_heads or not POSITIONS.get(cfg.pos).max_len_bound:
+        return None
+    used = 1 if model.feeding.prompt_layout(model.task) == "source" else inputs.size(1)
+    return cfg.max_len - used
 
 
 def start(model: Architecture, inputs: Tensor, cfg: DecodeConfig, max_new: int) -> DecodingState:

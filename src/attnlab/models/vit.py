@@ -67,10 +67,11 @@ class VisionTransformer(Architecture):
         self.grid = size // patch
         self.n_patches = self.grid**2
         self.use_cls = self.pool_for(task) == "cls"
-        if self.sequence_length > cfg.max_len:
+        if self.n_patches + 1 > cfg.max_len:  # patches sit at positions 1…N, with or without [CLS]
             raise ConfigError(
-                f"{self.n_patches} patches exceed model.max_len={cfg.max_len}; raise "
-                "model.max_len or data.patch_size"
+                f"{self.n_patches} patches exceed model.max_len={cfg.max_len} (positions "
+                f"0…{self.n_patches}); raise model.max_len to {self.n_patches + 1} or "
+                "data.patch_size"
             )
         self.patch_embedding = nn.Linear(channels * patch * patch, cfg.d_model)  # E (eq. 1)
         self.cls_token = nn.Parameter(torch.zeros(cfg.d_model)) if self.use_cls else None

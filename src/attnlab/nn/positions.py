@@ -34,6 +34,7 @@ class Positions(nn.Module):
     """
 
     needs_grid = False
+    max_len_bound = False  # a table of model.max_len positions: none at or past it
 
     def __init__(self, d_model: int, n_heads: int, max_len: int, causal: bool) -> None:
         super().__init__()
@@ -93,6 +94,8 @@ class SinusoidalConcatPositions(SinusoidalPositions):
 @POSITIONS.register("learned")
 class LearnedPositions(Positions):
     """A trained embedding per absolute position (BERT, GPT-2)."""
+
+    max_len_bound = True
 
     def __init__(self, d_model: int, n_heads: int, max_len: int, causal: bool) -> None:
         super().__init__(d_model, n_heads, max_len, causal)
