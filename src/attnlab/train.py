@@ -106,7 +106,7 @@ def _run_logged(cfg: Any, run_dir: Path, hydra_cfg: Any, multirun: bool, overrid
         _finish(write_summary, run_dir, result, overrides, config, started)
         raise SystemExit(EXIT_CODES["interrupted"]) from None
     except Exception as exc:
-        user = as_user_error(exc)
+        user = as_user_error(exc, run_dir)
         if user is not None:  # the user's to fix: one line (a sweep goes on)
             result["error"] = str(user)
             if not multirun:
@@ -120,7 +120,11 @@ def _run_logged(cfg: Any, run_dir: Path, hydra_cfg: Any, multirun: bool, overrid
                 _finish(write_summary, run_dir, result, overrides, config, started)
                 raise
             traceback.print_exc()
-    _finish(write_summary, run_dir, result, overrides, config, started)
+    unwritten = _finish(write_summary, run_dir, result, overrides, config, started)
+    if unwritten is not None:  # the run's record could not be written: say so, exit 2
+        if not multirun:
+            fail(unwritten)
+        print(f"error: job {hydra_cfg.job.num}: {unwritten}", file=sys.stderr)
     if quiet:
         shown = " ".join(f"{k}={v:.4g}" for k, v in sorted(result["metrics"].items())
                          if k.startswith("val/"))  # fmt: skip
@@ -147,7 +151,7 @@ def _run_logged(cfg: Any, run_dir: Path, hydra_cfg: Any, multirun: bool, overrid
     return float(value)
 
 
-def as_user_error(exc: Exception) -> Exception | None:
+def as_user_error(exc: Exception, run_dir: Path | None = None) -> Exception | None:
     """``exc`` as a UserError when the user can fix it, else None (a crash).
 
     Besides attnlab's own UserErrors: a write that failed for want of space or
@@ -161,7 +165,7 @@ def as_user_error(exc: Exception) -> Exception | None:
     if isinstance(exc, UserError):
         return exc
     if isinstance(exc, OSError):
-        message = disk_error(exc)
+        message = disk_error(exc, run_dir)
         return ConfigError(message) if message else None
     frames = traceback.extract_tb(exc.__traceback__)
     in_lightning = bool(frames) and "/lightning/" in frames[-1].filename
@@ -174,11 +178,15 @@ def as_user_error(exc: Exception) -> Exception | None:
 
 
 def _finish(write_summary: Any, run_dir: Path, result: dict[str, Any], overrides: list[str],
-            config: Any, started: float) -> None:  # fmt: skip
+            config: Any, started: float) -> str | None:  # fmt: skip
+    """Write summary.json; the one-line error when a full or read-only disk prevents it (a
+    caller that is already reporting another error keeps that one)."""
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
+    from attnlab.cli.rundir import disk_error
+
     if rank_zero_only.rank != 0:
-        return
+        return None
     try:
         write_summary(
             run_dir,
@@ -190,6 +198,8 @@ def _finish(write_summary: Any, run_dir: Path, result: dict[str, Any], overrides
         )  # fmt: skip
     except OSError as exc:  # a full or read-only disk: say so, keep the original error
         print(f"warning: summary.json not written: {exc}", file=sys.stderr)
+        return disk_error(exc, run_dir) or f"summary.json not written: {exc}"
+    return None
 
 
 def train(cfg: Any, run_dir: Path, banner: bool = False) -> dict[str, Any]:
@@ -275,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from attnlab.cli.compose import quote_non_ascii, resume_overrides, validate_overrides
     from attnlab.cli.resume_sweep import plan_sweep
-    from attnlab.cli.rundir import check_run_dirs, release_all
+    from attnlab.cli.rundir import check_run_dirs, explicit_dir, release_all
     from attnlab.cli.sweep import SweepStatus
 
     quiet_environment()
@@ -295,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         with user_errors():
             print(help_text(config_dir(), overrides))
         return 0
+    log_dir = None  # where the run's files go, named when a full disk's error names no file
     with user_errors():
         conf = str(config_dir())
         if not flags:
@@ -305,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
             resuming = cfg.get("ckpt_path") not in (None, "") or bool(cfg.get("resume"))
             if cfg.get("resume"):
                 plan_sweep(overrides, multirun)
+            key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+            log_dir = explicit_dir(overrides, key) or Path(str(cfg.paths.log_dir)).absolute()
             check_run_dirs(overrides, multirun, resuming, bool(cfg.get("overwrite")),
                            str(cfg.paths.log_dir))  # fmt: skip
     SweepStatus.failed = []
@@ -312,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     saved_argv = sys.argv
     sys.argv = [saved_argv[0] if saved_argv else "attnlab-train", *argv]
     try:
-        with hydra_errors():
+        with hydra_errors(log_dir):
             app()
     finally:
         sys.argv = saved_argv

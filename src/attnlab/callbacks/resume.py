@@ -93,6 +93,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 os.fsync(handle.fileno())
             os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp's 0600 would hide it from a team
             os.replace(tmp, target)
+        except OSError as exc:
+            Path(tmp).unlink(missing_ok=True)
+            if exc.filename:
+                raise
+            raise OSError(exc.errno, exc.strerror, str(target)) from exc  # a full disk: which file
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise

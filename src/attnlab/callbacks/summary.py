@@ -66,6 +66,12 @@ def write_summary(run_dir: str | Path, **fields: Any) -> Path:
             summary[key] = fields[key]
     path = run_dir / "summary.json"
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(summary, indent=2, default=str))
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(summary, indent=2, default=str))
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.filename:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc  # a full disk: which file
     return path

@@ -96,9 +96,9 @@ def fail(message: str) -> None:
 
 
 @contextlib.contextmanager
-def user_errors() -> Iterator[None]:
-    """Turn a UserError, or a write that failed for want of space or permission, into one
-    ``error: …`` line and exit code 2."""
+def user_errors(folder: str | Path | None = None) -> Iterator[None]:
+    """Turn a UserError, or a write that failed for want of space or permission (into
+    ``folder`` when the error names no file), into one ``error: …`` line and exit code 2."""
     from attnlab.cli.rundir import disk_error
 
     try:
@@ -106,16 +106,17 @@ def user_errors() -> Iterator[None]:
     except UserError as exc:
         fail(str(exc))
     except OSError as exc:
-        message = disk_error(exc)
+        message = disk_error(exc, folder)
         if message is None:
             raise
         fail(message)
 
 
 @contextlib.contextmanager
-def hydra_errors() -> Iterator[None]:
+def hydra_errors(folder: str | Path | None = None) -> Iterator[None]:
     """Around a Hydra app: a write of Hydra's own that fails for want of space or permission
-    (``.hydra/config.yaml`` in the run directory) ends in one ``error:`` line, exit code 2.
+    (``.hydra/config.yaml`` in the run directory, ``folder``) ends in one ``error:`` line,
+    exit code 2.
 
     Hydra prints any exception escaping a run as a traceback and exits 1, unless
     ``HYDRA_FULL_ERROR`` is set, when it lets the exception through; so it is set here,
@@ -129,7 +130,7 @@ def hydra_errors() -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        message = disk_error(exc)
+        message = disk_error(exc, folder)
         if message is not None:
             fail(message)
         if asked:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import re
 import sys
 from collections.abc import Iterator
@@ -91,6 +92,14 @@ class _Tee(io.TextIOBase):
         return getattr(self.stream, "encoding", "utf-8")
 
 
+class _LogFileHandler(logging.StreamHandler):
+    """Lightning's log records into train.log; a record that cannot be written (a full
+    disk) is dropped, as the tee drops its lines, instead of printing a traceback."""
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
+        pass
+
+
 @contextlib.contextmanager
 def log_to_file(run_dir: Path) -> Iterator[None]:
     """Copy this process's stdout and stderr into ``<run_dir>/train.log`` (appended on resume)."""
@@ -99,11 +108,9 @@ def log_to_file(run_dir: Path) -> Iterator[None]:
     except OSError:
         yield  # an unwritable run directory is reported by the run itself
         return
-    import logging
-
     saved = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = _Tee(sys.stdout, log), _Tee(sys.stderr, log)
-    handler = logging.StreamHandler(log)  # Lightning's log lines go to its own console handler
+    handler = _LogFileHandler(log)  # Lightning's log lines go to its own console handler
     loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "lightning.fabric")]
     for logger in loggers:
         logger.addHandler(handler)

@@ -83,8 +83,12 @@ def lock(folder: Path, what: str) -> None:
             f"{what}={folder} is being written by another run (pid {owner}); wait for it to "
             f"finish or choose another {what}"
         ) from None
-    os.ftruncate(fd, 0)
-    os.write(fd, str(os.getpid()).encode())
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+    except OSError as exc:  # a full disk: say which file
+        os.close(fd)
+        raise OSError(exc.errno, exc.strerror, str(folder / LOCK_FILE)) from None
     _held.append(fd)
 
 
@@ -127,13 +131,19 @@ def check_run_dirs(
     claim(folder, resuming, overwrite, key)
 
 
-def disk_error(exc: OSError) -> str | None:
-    """A one-line message for a write that failed for want of space or permission."""
+def disk_error(exc: OSError, folder: str | Path | None = None) -> str | None:
+    """A one-line message for a write that failed for want of space or permission.
+
+    It names the file (``exc.filename``), or else ``folder`` where the write went: a
+    write to a full disk fails with no file name."""
     import errno
 
     if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
         return None
-    where = f" writing {exc.filename}" if exc.filename else ""
+    if exc.filename:
+        where = f" writing {exc.filename}"
+    else:
+        where = f" writing into {folder}" if folder is not None else ""
     return (
         f"{exc.strerror or exc}{where}; free disk space or choose a writable directory "
         "(paths.log_dir=…), then continue with ckpt_path=last"
