@@ -183,6 +183,22 @@ def test_a_signal_stops_at_a_step_with_a_usable_last_checkpoint_and_a_second_run
         "global_step"] == step + 2  # fmt: skip
 
 
+def test_ckpt_path_last_into_a_run_stopped_before_its_first_checkpoint_starts_it_anew(
+    finished: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A job killed (or requeued) before it wrote a checkpoint: the cluster's resume command
+    (``ckpt_path=last``) trains from the first step instead of being refused."""
+    import shutil
+
+    shutil.rmtree(finished / "checkpoints")
+    (finished / "summary.json").unlink()
+    capfd.readouterr()
+    assert train_code([*TINY_MODEL, *ONE_EPOCH, "ckpt_path=last",
+                       f"hydra.run.dir={finished}"]) == 0  # fmt: skip
+    assert "has no checkpoint yet; training from the first step" in capfd.readouterr().err
+    assert summary(finished)["status"] == "completed"
+
+
 def test_a_cluster_handler_is_called_after_the_checkpoint_so_the_requeued_job_continues(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -6,6 +6,7 @@ them into one ``error: …`` line with exit code 2 before any job starts.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -196,6 +197,12 @@ def resume_overrides(cfg: DictConfig, overrides: list[str]) -> list[str]:
     if explicit:
         run_dir = Path(explicit[-1].split("=", 1)[1])
         if not (run_dir / "checkpoints" / "last.ckpt").is_file():
+            started = (run_dir / ".hydra" / "config.yaml").is_file()
+            if started and not any((run_dir / "checkpoints").glob("*.ckpt")):
+                # stopped (killed, requeued) before its first checkpoint: nothing to continue
+                print(f"note: ckpt_path=last: {run_dir} has no checkpoint yet; training from "
+                      "the first step", file=sys.stderr)  # fmt: skip
+                return [o for o in overrides if not o.startswith("ckpt_path=")]
             fail(f"ckpt_path=last: {run_dir}/checkpoints/last.ckpt does not exist; "
                  "check hydra.run.dir")  # fmt: skip
         rest = overrides

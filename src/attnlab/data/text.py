@@ -177,11 +177,16 @@ class TextDataModule(CachedDataModule):
         self.splits = {s: payload[s] for s in SPLITS if payload.get(s) is not None}
         self.splits.setdefault("test", self.splits["val"])
         for split, tokens in self.splits.items():
-            if len(tokens) < self.block_size + 1:
+            n = len(tokens)
+            if n < self.block_size + 1:
+                sources = getattr(self, "_sources", None) or {}
+                hf = f"data.hf.name={(self.hf or {}).get('name')}"
+                source = sources.get(split, sources.get("train")) or hf
+                fix = f"use data.block_size<={n - 1} or more {split} text" if n > 1 else (
+                    f"give it more {split} text")  # fmt: skip
                 raise DataError(
                     f"data.block_size: {self.block_size} is too long for the {split} split "
-                    f"({len(tokens)} tokens); use data.block_size < {len(tokens)} "
-                    f"or more {split} text"
+                    f"of {source} ({n} tokens); {fix}"
                 )
 
     # -- loaders ------------------------------------------------------------------------------

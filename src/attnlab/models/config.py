@@ -41,7 +41,7 @@ class ModelConfig:
     ffn: str = "relu"
     attn_impl: str = "sdpa"
     max_len: int = 512
-    tie_embeddings: Any = True  # true/"all", "output", false/"none"
+    tie_embeddings: bool | str = True  # true/"all", "output", false/"none"
     scale_embeddings: bool = True  # token embeddings × √d_model (§3.4)
     init: str = "paper"
     prefix_lm: bool = False  # decoder_only seq2seq: bidirectional attention over the source

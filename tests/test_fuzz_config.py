@@ -1,0 +1,228 @@
+"""Fuzzing every config key: the answer to any value is either accepted or exit code 2 with
+one ``error:`` line — never a traceback.
+
+The decision is made where attnlab makes it, in this process: the command line's own
+check (compose + the schema, :func:`attnlab.cli.compose.validate_overrides`), then what
+the job checks before it trains (the allowlist and schema again, the data module's own
+checks, the model build, the Trainer). A drawn value is one of: a wrong type, an
+out-of-range number, an empty or non-ASCII string, a list where a scalar goes, or a
+valid value of that key. A sample of accepted configurations really trains
+(:func:`test_accepted_configurations_train`), through ``attnlab-train``'s entry point.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import shutil
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+from omegaconf import OmegaConf
+
+from attnlab import train as attnlab_train
+from attnlab.cli.compose import compose_config, validate_overrides
+from attnlab.cli.names import source_registries
+from attnlab.cli.rundir import release_all
+from composed_runs import compose_run
+from fuzzing import DEFAULT, MANY, captured, time_limit
+
+# small data and model, so that an accepted configuration builds (and trains) in seconds
+SMALL = ["data.train_size=32", "data.val_size=8", "data.test_size=8", "data.batch_size=8",
+         "model.d_model=16", "model.n_heads=2", "model.n_layers=1", "trainer.max_steps=2",
+         "trainer.enable_progress_bar=false", "callbacks=none"]  # fmt: skip
+DATA = ["reverse", "copy", "majority", "associative_recall", "addition", "digits"]
+# keys a value of which only changes where files go or what is logged; not fuzzed
+UNFUZZED = {"paths.log_dir", "paths.data_dir", "hydra", "logger", "callbacks"}
+
+
+def _keys(prefix: str, node: Any) -> list[str]:
+    if OmegaConf.is_dict(node):
+        return [k for key, value in node.items_ex(resolve=False)
+                for k in _keys(f"{prefix}{key}.", value)]  # fmt: skip
+    return [prefix.rstrip(".")]
+
+
+def config_keys(data: str) -> list[str]:
+    """Every leaf key of the composed config with ``data=<data>``, as users spell them."""
+    cfg = compose_config([f"data={data}"])
+    keys = [k for top in cfg for k in _keys(f"{top}.", cfg[top]) if str(top) not in UNFUZZED]
+    return sorted(k for k in keys if not any(k.startswith(u + ".") for u in UNFUZZED))
+
+
+KEYS = {data: config_keys(data) for data in DATA}
+REGISTRY_VALUES = {key: sorted(names) for key, (_, _, names) in source_registries().items()}
+REGISTRY_VALUES["model.name"] = REGISTRY_VALUES.pop("model")
+OTHER_VALUES = {
+    "optim.schedule": ["cosine", "inverse_sqrt", "constant"],
+    "decode.strategy": ["greedy", "sample", "beam"], "decode.cache": ["static", "dynamic", "auto"],
+    "model.block": ["sequential", "parallel"], "model.init": ["paper", "xavier", "gpt2"],
+    "model.tie_embeddings": ["true", "output", "false"], "model.attn_impl": ["sdpa", "math"],
+    "model.cell": ["lstm", "gru", "rnn"], "trainer.precision": ["32-true", "bf16-mixed", "64"],
+    "model.rnn_attention": ["bahdanau", "luong_dot", "luong_general", "none"],
+}  # fmt: skip
+
+
+def literal(value: Any) -> str:
+    """``value`` as a Hydra override value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ",".join(literal(v) for v in value) + "]"
+    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{text}'"
+
+
+def values_for(key: str) -> st.SearchStrategy[str]:
+    names = REGISTRY_VALUES.get(key) or OTHER_VALUES.get(key) or []
+    wrong = st.one_of(
+        st.integers(-(10**12), 10**12), st.integers(-3, 300), st.floats(allow_nan=True),
+        st.booleans(), st.none(), st.text(max_size=8), st.sampled_from(["", "é", "ЖЖ", " "]),
+        st.lists(st.integers(-2, 40), max_size=3),
+    ).map(literal)
+    return st.one_of(st.sampled_from(names), wrong) if names else wrong
+
+
+@st.composite
+def overrides(draw: st.DrawFn) -> list[str]:
+    """data=<one of DATA>, then one or two of its keys set to drawn values."""
+    data = draw(st.sampled_from(DATA))
+    chosen = draw(st.lists(st.sampled_from(KEYS[data]), min_size=1, max_size=2, unique=True))
+    model = ["model=encoder_only"] if data in ("majority",) else []
+    model = ["model=vit"] if data == "digits" else model
+    return [f"data={data}", *model, *[f"{key}={draw(values_for(key))}" for key in chosen]]
+
+
+def one_error_line(printed: str) -> str:
+    assert "Traceback" not in printed, printed[-3000:]
+    errors = [line for line in printed.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, printed[-3000:]
+    return errors[0]
+
+
+def in_the_job(args: list[str], run_dir: Path) -> None:
+    """What the job builds before ``fit``, from the config composed as Hydra composes it."""
+    from attnlab.cli import pipeline
+
+    cfg = compose_run(args, run_dir)
+    pipeline.check_config(cfg)
+    datamodule = pipeline.build_data(cfg)
+    pipeline.build_task(cfg, datamodule)
+    callbacks = pipeline.build_callbacks(cfg)
+    loggers = pipeline.build_loggers(cfg, run_dir)
+    pipeline.build_trainer(cfg, run_dir, callbacks, loggers)
+
+
+def decide(args: list[str]) -> str:
+    """"refused" (one error line, exit 2), "refused in the job" (a UserError, which the job
+    turns into one line) or "accepted"; anything else fails the test."""
+    outcome, printed = captured(lambda: validate_overrides(args, multirun=False))
+    if isinstance(outcome, SystemExit):
+        assert outcome.code == 2, printed[-3000:]
+        one_error_line(printed)
+        return "refused"
+    assert not isinstance(outcome, BaseException), "".join(
+        traceback.format_exception(outcome))  # fmt: skip
+    run_dir = Path(tempfile.mkdtemp(prefix="fuzz_run_"))
+    try:
+        with time_limit(60):
+            outcome, printed = captured(lambda: in_the_job(args, run_dir))
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    if isinstance(outcome, BaseException):
+        user = attnlab_train.as_user_error(outcome) if isinstance(outcome, Exception) else None
+        assert user is not None, "".join(traceback.format_exception(outcome))
+        return "refused in the job"
+    return "accepted"
+
+
+# shrunk examples the fuzzer found, kept as regression cases
+FOUND: list[list[str]] = [
+    ["data=reverse", "model.tie_embeddings=[]"],  # a list reached a set lookup: TypeError
+]
+
+
+@DEFAULT
+@given(overrides())
+def test_any_value_of_any_key_is_accepted_or_refused_in_one_line(args: list[str]) -> None:
+    decide([*SMALL, *args])
+
+
+@pytest.mark.slow
+@MANY
+@given(overrides())
+def test_many_values_of_every_key(args: list[str]) -> None:
+    decide([*SMALL, *args])
+
+
+@pytest.mark.parametrize("args", FOUND)
+def test_values_the_fuzzer_found(args: list[str]) -> None:
+    decide([*SMALL, *args])
+
+
+def test_every_key_of_every_section_is_fuzzed() -> None:
+    keys = {k for ks in KEYS.values() for k in ks}
+    for section in ("model.", "optim.", "task.", "decode.", "trainer.", "data."):
+        assert any(k.startswith(section) for k in keys), section
+    assert {"seed", "model.norm", "optim.lr", "trainer.max_steps", "data.n_pairs"} <= keys
+
+
+def train_exit(args: list[str]) -> tuple[int, str]:
+    def run() -> int:
+        try:
+            return attnlab_train.main(args)
+        finally:
+            release_all()
+
+    outcome, printed = captured(run)
+    if isinstance(outcome, SystemExit):
+        return int(outcome.code or 0), printed
+    assert not isinstance(outcome, BaseException), "".join(traceback.format_exception(outcome))
+    return int(outcome), printed
+
+
+@pytest.mark.parametrize("args", [
+    ["data=reverse", "model.norm=post", "optim.warmup_steps=0"],
+    ["data=associative_recall", "model=decoder_only", "model.pos=rope", "data.n_pairs=4",
+     "data.n_queries=2"],
+    ["data=majority", "model=encoder_only", "model.ffn=swiglu", "seed=7"],
+])  # fmt: skip
+def test_accepted_configurations_train(args: list[str], tmp_path: Path) -> None:
+    """Anchors: configurations the fuzzer accepts train for real (through attnlab-train)."""
+    full = [*SMALL, *args]
+    assert decide(full) == "accepted"
+    code, printed = train_exit([*full, f"hydra.run.dir={tmp_path / 'run'}"])
+    assert code == 0, printed[-3000:]
+
+
+@DEFAULT
+@given(overrides())
+@example(["data=reverse", "model.max_len=3", "model.pos='learned'"])
+def test_a_refusal_in_the_job_is_one_line_and_leaves_no_checkpoint(args: list[str]) -> None:
+    """Through the real entry point: exit 0, or exit 2 with one line; a directory the job
+    made for a refused run holds only its failed summary and log, no checkpoint."""
+    if decide([*SMALL, *args]) == "accepted":
+        return  # trained by the anchors above; a real run of each would take minutes
+    with tempfile.TemporaryDirectory() as logs:
+        code, printed = train_exit([*SMALL, *args, "trainer.max_steps=1", f"paths.log_dir={logs}"])
+        assert code == 2, printed[-3000:]
+        one_error_line(printed)
+        for run in Path(logs).glob("*/runs/*"):
+            assert not (run / "checkpoints").exists(), list(run.iterdir())
+            with contextlib.suppress(FileNotFoundError):
+                assert '"status": "failed"' in (run / "summary.json").read_text()
