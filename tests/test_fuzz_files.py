@@ -213,6 +213,17 @@ def test_a_damaged_file_is_named_in_one_error_or_read_correctly(
     judge(kind, kinds[kind], tmp_path, edits)
 
 
+# shrunk examples the fuzzer found, kept as regression cases: (kind, edits)
+FOUND = [
+    ("text", [("truncate", 1, 0)]),  # one byte left: the error named no file, said "< 0"
+]
+
+
+@pytest.mark.parametrize(("kind", "edits"), FOUND)
+def test_files_the_fuzzer_found(kind: str, edits: list, kinds: dict, tmp_path: Path) -> None:
+    judge(kind, kinds[kind], tmp_path, edits)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 @MANY
