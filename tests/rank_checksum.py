@@ -27,3 +27,13 @@ class ParameterChecksum(L.Callback):
         record = {"rank": trainer.global_rank, "world_size": trainer.world_size,
                   "step": trainer.global_step, "sha256": digest.hexdigest()}  # fmt: skip
         path.write_text(json.dumps(record))
+
+
+class RngChecksum(L.Callback):
+    """After each training step: ``rng_rank<r>_step<s>.txt`` (sha256 of the torch CPU
+    generator's state), so a resumed run's random states can be compared rank by rank."""
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        digest = hashlib.sha256(torch.get_rng_state().numpy().tobytes()).hexdigest()
+        name = f"rng_rank{trainer.global_rank}_step{trainer.global_step}.txt"
+        (Path(trainer.default_root_dir) / name).write_text(digest)

@@ -26,13 +26,14 @@ OVERRIDES = [
 ]  # fmt: skip
 
 
-def train(cwd: Path, command: list[str]) -> subprocess.CompletedProcess:
+def train(cwd: Path, command: list[str], extra_targets: str = "rank_checksum.ParameterChecksum"
+          ) -> subprocess.CompletedProcess:  # fmt: skip
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO / "tests")]),
         "WANDB_MODE": "offline",
         "ATTNLAB_LOG_DIR": str(cwd / "logs"),
-        "ATTNLAB_EXTRA_TARGETS": "rank_checksum.ParameterChecksum",  # the test's own callback
+        "ATTNLAB_EXTRA_TARGETS": extra_targets,  # the test's own callbacks
     }
     return subprocess.run(
         [sys.executable, *command], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
@@ -93,6 +94,37 @@ def test_torchrun_ranks_share_one_run_directory(tmp_path: Path) -> None:
     assert json.loads((runs[0] / "summary.json").read_text())["status"] == "completed"
 
 
+# two ranks of 16 examples a step: 2 steps an epoch, so the stop at step 2 is an epoch end;
+# every sequence as long as the next, so each step draws as many dropout numbers
+DROPOUT = [
+    "trainer=ddp_cpu", "model=decoder_only", "data=copy", "data.train_size=64",
+    "data.val_size=16", "data.test_size=16", "data.batch_size=16", "data.min_len=8",
+    "data.max_len=8", "model.dropout=0.3", "model.d_model=16", "model.n_heads=2",
+    "model.n_layers=1", "optim.warmup_steps=1", "optim.decay_steps=4", "trainer.max_epochs=-1",
+    "test=false", "trainer.enable_progress_bar=false",
+    "+callbacks.rng_checksum._target_=rank_checksum.RngChecksum",
+]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_resumed_ddp_run_continues_every_ranks_own_random_states(tmp_path: Path) -> None:
+    """Every rank's random states are saved and restored: after the resume, rank 1 draws
+    its own dropout masks, as in the run that never stopped — not rank 0's."""
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    for args in ([f"hydra.run.dir={whole}", "trainer.max_steps=4"],
+                 [f"hydra.run.dir={parts}", "trainer.max_steps=2"],
+                 [f"hydra.run.dir={parts}", "trainer.max_steps=4", "ckpt_path=last"]):
+        done = train(tmp_path, ["-m", "attnlab.train", *DROPOUT, *args],
+                     extra_targets="rank_checksum.RngChecksum")  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        for step in (3, 4):  # the steps after the resume
+            name = f"rng_rank{rank}_step{step}.txt"
+            assert (whole / name).read_text() == (parts / name).read_text(), name
+    ranks = [(whole / f"rng_rank{rank}_step3.txt").read_text() for rank in (0, 1)]
+    assert ranks[0] != ranks[1]  # the ranks' generators differ, so the check can fail
+
+
 def test_torchrun_run_directory_comes_from_the_rendezvous_id() -> None:
     env = {"TORCHELASTIC_RUN_ID": "job/42", "WORLD_SIZE": "4"}
     assert torchrun_run_dir(["data=copy"], env) == [
@@ -106,6 +138,23 @@ def test_torchrun_run_directory_comes_from_the_rendezvous_id() -> None:
     assert torchrun_run_dir(["data=copy"], {**env, "WORLD_SIZE": "1"}) == ["data=copy"]
     with pytest.raises(UserError, match="--rdzv-id"):
         torchrun_run_dir(["data=copy"], {**env, "TORCHELASTIC_RUN_ID": "none"})
+
+
+def test_ckpt_path_last_under_torchrun_finds_the_shared_run_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torchrun's ranks get ``hydra.run.dir=${paths.log_dir}/…/torchrun_<id>``: a resume
+    looks for last.ckpt there, with the path resolved (not the literal ``${…}`` text)."""
+    from attnlab.cli.compose import compose_config, resume_overrides
+
+    monkeypatch.setenv("ATTNLAB_LOG_DIR", str(tmp_path / "logs"))
+    env = {"TORCHELASTIC_RUN_ID": "job42", "WORLD_SIZE": "2"}
+    overrides = torchrun_run_dir(["data=copy", "ckpt_path=last"], env)
+    last = tmp_path / "logs" / "train" / "runs" / "torchrun_job42" / "checkpoints" / "last.ckpt"
+    last.parent.mkdir(parents=True)
+    last.write_bytes(b"")
+    resumed = resume_overrides(compose_config(overrides), overrides)
+    assert f"ckpt_path={last}" in resumed
 
 
 def compose_trainer(name: str):

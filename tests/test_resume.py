@@ -6,6 +6,7 @@ import csv
 import os
 import random
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -128,11 +129,73 @@ def test_rng_states_are_restored_just_before_the_next_training_step() -> None:
     torch.rand(5)  # e.g. a new dataloader iterator drawing its seed
     np.random.rand(5)
     random.random()
-    callback.on_train_batch_start(None, None, None, 0)  # type: ignore[arg-type]
+    callback.on_train_batch_start(ONE_PROCESS, None, None, 0)  # type: ignore[arg-type]
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
     torch.rand(1)
-    callback.on_train_batch_start(None, None, None, 1)  # only once after a resume
+    callback.on_train_batch_start(ONE_PROCESS, None, None, 1)  # only once after a resume
     assert torch.rand(1).item() != expected[2]
+
+
+ONE_PROCESS = SimpleNamespace(world_size=1, global_rank=0)
+
+
+def test_each_rank_saves_and_restores_its_own_random_states(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under DDP every rank draws its own dropout masks: the checkpoint holds each rank's
+    states (gathered), and rank r restores rank r's — not rank 0's."""
+    from attnlab.callbacks import resume
+
+    per_rank = []
+    for seed in (10, 11):  # what two ranks' generators hold at the checkpoint
+        torch.manual_seed(seed)
+        per_rank.append(resume.own_rng_states())
+    monkeypatch.setattr(resume, "gather_objects", lambda own: per_rank)
+    saved = RngState().state_dict()
+    assert len(saved["ranks"]) == 2
+    expected = []
+    for seed in (10, 11):
+        torch.manual_seed(seed)
+        expected.append(torch.rand(3))
+    for rank in (0, 1):
+        callback = RngState()
+        callback.load_state_dict(saved)
+        torch.manual_seed(99)
+        callback.on_train_batch_start(SimpleNamespace(world_size=2, global_rank=rank), None,
+                                      None, 0)  # type: ignore[arg-type]  # fmt: skip
+        assert torch.equal(torch.rand(3), expected[rank]), rank
+
+
+def test_cuda_states_of_more_gpus_than_this_machine_has_are_restored_for_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A checkpoint from a node with 8 GPUs resumed where 1 is visible: one CUDA state is
+    set, instead of torch.cuda.set_rng_state_all failing on device 1."""
+    from attnlab.callbacks import resume
+
+    states = resume.own_rng_states()
+    states["torch.cuda"] = [torch.zeros(16, dtype=torch.uint8)] * 8
+    set_for: list[int] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda new: set_for.append(len(new)))
+    callback = RngState()
+    callback.load_state_dict({"ranks": [states]})
+    callback.on_train_batch_start(ONE_PROCESS, None, None, 0)  # type: ignore[arg-type]
+    assert set_for == [1]
+
+
+def test_checkpoints_written_before_per_rank_states_still_resume() -> None:
+    """A checkpoint holding one flat set of states (attnlab before per-rank states)."""
+    from attnlab.callbacks.resume import own_rng_states
+
+    torch.manual_seed(4)
+    flat = own_rng_states()
+    expected = torch.rand(2)
+    callback = RngState()
+    callback.load_state_dict(flat)
+    callback.on_train_batch_start(ONE_PROCESS, None, None, 0)  # type: ignore[arg-type]
+    assert torch.equal(torch.rand(2), expected)
 
 
 def test_the_shuffled_order_depends_on_seed_and_epoch_only() -> None:

@@ -31,25 +31,33 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 
 class RngState(L.Callback):
-    """Saves the Python, NumPy and torch (CPU and CUDA) random states with each checkpoint.
+    """Saves the Python, NumPy and torch (CPU and CUDA) random states with each checkpoint,
+    every process's own: under DDP each rank draws its own dropout masks, so each rank's
+    states are gathered into the checkpoint (``{"ranks": [rank 0's, rank 1's, …]}``) and
+    each rank restores its own.
 
     They are put back just before the first training step after a resume, not at
     load time: Lightning draws random numbers between loading and that step (a new
     dataloader iterator takes a seed from the global generator), which the run that
-    never stopped did not draw at that point.
+    never stopped did not draw at that point. A resume on more processes than saved
+    their states gives the extra ranks a saved rank's states (with a warning), and CUDA
+    states are restored for the devices this process has.
     """
 
     def __init__(self) -> None:
         self._pending: dict[str, Any] | None = None
 
+    def setup(self, trainer: L.Trainer, pl_module: Any, stage: str) -> None:
+        """Under DDP, rank r draws from seed + r (as nanoGPT seeds 1337 + rank): the weights
+        are already built alike (and DDP broadcasts rank 0's), and each rank's dropout
+        masks are its own rather than a copy of rank 0's."""
+        if stage == "fit" and trainer.world_size > 1:
+            seed = int(os.environ.get("PL_GLOBAL_SEED", "0") or 0)
+            L.seed_everything(seed + trainer.global_rank, workers=True, verbose=False)
+            os.environ["PL_GLOBAL_SEED"] = str(seed)  # the run's seed, for workers and logs
+
     def state_dict(self) -> dict[str, Any]:
-        states = _collect_rng_states(include_cuda=torch.cuda.is_available())
-        name, keys, pos, has_gauss, gauss = states["numpy"]
-        # plain types and tensors only, so checkpoints load with torch.load(weights_only=True)
-        states["numpy"] = [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss]
-        version, internal, python_gauss = states["python"]
-        states["python"] = [version, list(internal), python_gauss]
-        return states
+        return {"ranks": gather_objects(own_rng_states())}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._pending = dict(state_dict)
@@ -59,12 +67,46 @@ class RngState(L.Callback):
     ) -> None:
         if self._pending is None:
             return
-        states, self._pending = self._pending, None
-        name, keys, pos, has_gauss, gauss = states["numpy"]
-        states["numpy"] = (name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss)
-        if not torch.cuda.is_available():
-            states.pop("torch.cuda", None)
-        _set_rng_states(states)
+        saved, self._pending = self._pending, None
+        ranks = saved.get("ranks") or [saved]  # checkpoints of before: one rank's states
+        if len(ranks) != trainer.world_size:
+            from lightning.pytorch.utilities import rank_zero_warn
+
+            rank_zero_warn(f"resuming on {trainer.world_size} processes from random states "
+                           f"saved by {len(ranks)}: ranks past them reuse saved ones")  # fmt: skip
+        restore_rng_states(dict(ranks[trainer.global_rank % len(ranks)]))
+
+
+def own_rng_states() -> dict[str, Any]:
+    """This process's random states, as plain types and tensors (``weights_only`` loads them)."""
+    states = _collect_rng_states(include_cuda=torch.cuda.is_available())
+    name, keys, pos, has_gauss, gauss = states["numpy"]
+    states["numpy"] = [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss]
+    version, internal, python_gauss = states["python"]
+    states["python"] = [version, list(internal), python_gauss]
+    return states
+
+
+def restore_rng_states(states: dict[str, Any]) -> None:
+    name, keys, pos, has_gauss, gauss = states["numpy"]
+    states["numpy"] = (name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss)
+    if torch.cuda.is_available() and "torch.cuda" in states:  # a machine with fewer GPUs
+        states["torch.cuda"] = list(states["torch.cuda"])[: torch.cuda.device_count()]
+    else:
+        states.pop("torch.cuda", None)
+    _set_rng_states(states)
+
+
+def gather_objects(obj: Any) -> list[Any]:
+    """``obj`` of every process, in rank order (``[obj]`` outside a process group). Every
+    rank saves a checkpoint's state together (``trainer.save_checkpoint`` runs on all)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

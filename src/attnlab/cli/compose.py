@@ -189,13 +189,22 @@ def find_last_run(cfg: DictConfig, overrides: list[str]) -> Path:
     return max(candidates, key=lambda p: (p / "checkpoints" / "last.ckpt").stat().st_mtime)
 
 
+def resolved(cfg: DictConfig, value: str) -> str:
+    """``value`` with the config's interpolations resolved: the run directory torchrun's ranks
+    share is ``${paths.log_dir}/${task_name}/runs/torchrun_<id>``."""
+    if "${" not in value:
+        return value
+    node = OmegaConf.create({"paths": cfg.paths, "task_name": cfg.task_name, "value": value})
+    return str(node.value)
+
+
 def resume_overrides(cfg: DictConfig, overrides: list[str]) -> list[str]:
     """For ``ckpt_path=last``: continue in the same run directory from its last.ckpt."""
     if cfg.get("ckpt_path") != "last":
         return overrides
     explicit = [o for o in overrides if o.startswith("hydra.run.dir=")]
     if explicit:
-        run_dir = Path(explicit[-1].split("=", 1)[1])
+        run_dir = Path(resolved(cfg, explicit[-1].split("=", 1)[1].strip("'\"")))
         if not (run_dir / "checkpoints" / "last.ckpt").is_file():
             started = (run_dir / ".hydra" / "config.yaml").is_file()
             if started and not any((run_dir / "checkpoints").glob("*.ckpt")):

@@ -7,6 +7,7 @@ The only module that turns a composed config into objects; the entry points
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,10 @@ def available_memory(accelerator: str) -> tuple[int, str] | None:
     import torch
 
     if accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available():
-        return torch.cuda.mem_get_info()[0], "free on the GPU"
+        # this process's own GPU: a bare mem_get_info() would open a context on GPU 0 in
+        # every rank, before Lightning sets each rank's device
+        device = torch.device("cuda", local_rank() % max(torch.cuda.device_count(), 1))
+        return torch.cuda.mem_get_info(device)[0], f"free on GPU {device.index}"
     try:
         with open("/proc/meminfo") as f:
             info = dict(line.split(":", 1) for line in f)
@@ -85,11 +89,42 @@ def available_memory(accelerator: str) -> tuple[int, str] | None:
         return None
 
 
-def check_memory(model: dict[str, Any], accelerator: str, task: str | None = None) -> None:
+def local_rank() -> int:
+    """This process's index on its node (torchrun, Lightning's launcher, SLURM), else 0."""
+    for name in ("LOCAL_RANK", "SLURM_LOCALID"):
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def shards(trainer: Any) -> int:
+    """Over how many processes a sharded strategy (FSDP, DeepSpeed) splits the training
+    state; 1 for the others, which keep a whole copy on each."""
+    import torch
+
+    strategy = trainer.get("strategy") if trainer is not None else None
+    name = str(strategy.get("_target_", "") if OmegaConf.is_dict(strategy) or isinstance(
+        strategy, dict) else strategy or "").lower()  # fmt: skip
+    if "fsdp" not in name and "deepspeed" not in name:
+        return 1
+    devices = trainer.get("devices", 1)
+    if OmegaConf.is_list(devices) or isinstance(devices, list):
+        count = len(devices)
+    elif str(devices).lstrip("-").isdigit() and int(devices) > 0:
+        count = int(devices)
+    else:  # -1 or "auto": every visible GPU
+        count = torch.cuda.device_count() or 1
+    return max(count, 1) * max(int(trainer.get("num_nodes", 1) or 1), 1)
+
+
+def check_memory(model: dict[str, Any], accelerator: str, task: str | None = None,
+                 sharded_over: int = 1) -> None:  # fmt: skip
     """Refuse, with the numbers, a model whose training state cannot fit before allocating it.
 
     The parameters are counted exactly by building the model on the ``meta`` device
-    (shapes, no storage); activations come on top of this lower bound.
+    (shapes, no storage); activations come on top of this lower bound. A sharded strategy
+    keeps ``1 / sharded_over`` of the state on each device.
     """
     import torch
 
@@ -97,15 +132,17 @@ def check_memory(model: dict[str, Any], accelerator: str, task: str | None = Non
 
     with torch.device("meta"):
         params = build_model(ModelConfig.from_dict(model), task).num_params()
-    need = params * TRAINING_BYTES_PER_PARAM
+    need = params * TRAINING_BYTES_PER_PARAM / max(sharded_over, 1)
     have = available_memory(accelerator)
     if have is not None and need > have[0]:
         gib = 2**30
+        share = f", sharded over {sharded_over} devices" if sharded_over > 1 else ""
         raise ConfigError(
             f"model.d_model={model['d_model']}, model.n_layers={model['n_layers']} give "
             f"{params / 1e9:.2f} G parameters, which need at least {need / gib:.1f} GiB for "
-            f"weights, gradients and AdamW state ({TRAINING_BYTES_PER_PARAM} bytes each), but "
-            f"{have[0] / gib:.1f} GiB is {have[1]}; choose a smaller model.d_model or n_layers"
+            f"weights, gradients and AdamW state ({TRAINING_BYTES_PER_PARAM} bytes each"
+            f"{share}), but {have[0] / gib:.1f} GiB is {have[1]}; choose a smaller "
+            "model.d_model or n_layers"
         )
 
 
@@ -147,7 +184,7 @@ def model_settings(cfg: DictConfig, datamodule: AttnlabDataModule) -> dict[str, 
 def build_task(cfg: DictConfig, datamodule: AttnlabDataModule) -> Task:
     model = model_settings(cfg, datamodule)
     accelerator = str(cfg.trainer.get("accelerator", "cpu"))
-    check_memory(model, accelerator, datamodule.task)
+    check_memory(model, accelerator, datamodule.task, shards(cfg.trainer))
     check_flex(model, accelerator, bool(cfg.get("train", True)))
     task = task_class(datamodule.task)(
         model=model,

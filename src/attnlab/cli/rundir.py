@@ -42,8 +42,11 @@ def holds_a_run(folder: Path) -> bool:
 
 
 def is_primary_process() -> bool:
-    """Rank 0 of a distributed launch, or a plain process (the others share rank 0's dir)."""
-    return all(os.environ.get(k, "0") == "0" for k in ("RANK", "LOCAL_RANK", "NODE_RANK"))
+    """Rank 0 of a distributed launch, or a plain process (the others share rank 0's dir):
+    torchrun and Lightning's launcher set RANK/LOCAL_RANK/NODE_RANK, srun and submitit
+    SLURM_PROCID."""
+    keys = ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID")
+    return all(os.environ.get(k, "0") == "0" for k in keys)
 
 
 def claim(folder: Path, resuming: bool, overwrite: bool, what: str) -> None:
