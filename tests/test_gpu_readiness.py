@@ -73,3 +73,139 @@ def test_is_primary_process_reads_slurm_procid(monkeypatch: pytest.MonkeyPatch) 
     assert not is_primary_process()
     monkeypatch.setenv("SLURM_PROCID", "0")
     assert is_primary_process()
+
+
+def test_qk_norm_under_mixed_precision_hands_one_dtype_to_the_kernel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CUDA autocast runs LayerNorm/RMSNorm in fp32, so normalised queries and keys come back
+    fp32 while V is bf16; the attention kernel (FlexAttention, SDPA) gets one dtype."""
+    from attnlab.models import ModelConfig, build_model
+    from attnlab.nn import flex
+
+    seen: list[tuple[torch.dtype, ...]] = []
+
+    def kernel(device_type: str):  # noqa: ANN202
+        def attend(q, k, v, block_mask=None):  # noqa: ANN001, ANN202
+            seen.append((q.dtype, k.dtype, v.dtype))
+            return torch.zeros_like(v)
+
+        return attend
+
+    monkeypatch.setattr(flex, "_kernel", kernel)
+    cfg = ModelConfig.from_dict(dict(
+        name="decoder_only", vocab_size=40, d_model=32, n_heads=4, n_layers=1, dropout=0.0,
+        attention="sliding_window", window=8, attn_impl="flex", qk_norm=True, max_len=64,
+    ))  # fmt: skip
+    model = build_model(cfg, "lm").to(torch.bfloat16).eval()
+    for module in model.modules():  # as CUDA autocast computes the norms: in fp32
+        if getattr(module, "q_norm", None) is not None:
+            for norm in (module.q_norm.float(), module.k_norm.float()):
+                norm.forward = (lambda f: lambda x: f(x.float()))(norm.forward)
+    with torch.no_grad():
+        model(torch.randint(6, 40, (2, 16)))
+    assert seen and all(len(set(dtypes)) == 1 for dtypes in seen), seen
+
+
+# -- FSDP: weight-decay groups by name, clipping through the root, one unit per layer ------
+PARAM_CASES = [
+    {"name": "encoder_decoder", "norm_type": "rmsnorm", "pos": "learned", "qk_norm": True},
+    {"name": "encoder_decoder", "tie_embeddings": False, "ffn": "swiglu", "n_kv_heads": 1},
+    {"name": "decoder_only", "pos": "xl_relative", "block": "parallel", "norm": "pre"},
+    {"name": "decoder_only", "pos": "t5_relative", "norm": "sandwich"},
+    {"name": "decoder_only", "pos": "rope", "attention": "linear", "norm_type": "rmsnorm"},
+    {"name": "encoder_only", "pos": "rope", "attention": "linformer", "linformer_k": 8},
+    {"name": "encoder_only", "pos": "alibi", "norm": "deepnorm", "tie_embeddings": "output"},
+    {"name": "rnn", "cell": "lstm", "rnn_attention": "bahdanau", "bidirectional": True},
+    {"name": "rnn", "cell": "gru", "rnn_attention": "luong_general", "input_feeding": True},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("settings", PARAM_CASES)
+@pytest.mark.parametrize("task", ["seq2seq", "classification"])
+def test_weight_decay_groups_by_name_are_the_groups_by_shape(settings: dict, task: str) -> None:
+    """FSDP hands the optimiser 1-D shards, so the groups are chosen by name; on an unwrapped
+    model they are what ``param.dim() < 2`` (and embeddings, positions) gave."""
+    from attnlab.models import ModelConfig, build_model
+    from attnlab.tasks.base import _no_decay
+
+    if settings["name"] == "decoder_only" and task == "classification":
+        settings = {**settings, "pool": "mean"}
+    if settings["name"] == "rnn" and task == "classification":
+        settings = {**settings, "pool": "attention"}
+    cfg = ModelConfig.from_dict({"vocab_size": 30, "d_model": 16, "n_heads": 2, "n_layers": 1,
+                                 "max_len": 64, **settings})  # fmt: skip
+    model = build_model(cfg, task)
+    for name, param in model.named_parameters():
+        by_shape = param.dim() < 2 or "embedding" in name or "positions" in name
+        assert _no_decay(name) == by_shape, name
+        wrapped = "_fsdp_wrapped_module." + name.replace(".", "._fsdp_wrapped_module.", 1)
+        assert _no_decay(wrapped) == by_shape, wrapped
+
+
+def test_vit_weight_decay_groups_by_name_are_the_groups_by_shape() -> None:
+    from attnlab.models import ModelConfig, build_model
+    from attnlab.tasks.base import _no_decay
+
+    for pool, pos in (("cls", "learned"), ("mean", "learned_2d")):
+        cfg = ModelConfig.from_dict({"name": "vit", "d_model": 16, "n_heads": 2, "n_layers": 1,
+                                     "image_size": 8, "channels": 3, "patch_size": 4,
+                                     "pool": pool, "pos": pos, "vocab_size": 0})  # fmt: skip
+        for name, param in build_model(cfg, "image_classification").named_parameters():
+            assert _no_decay(name) == (param.dim() < 2 or "embedding" in name
+                                       or "positions" in name), name  # fmt: skip
+
+
+@pytest.fixture
+def one_process_group(tmp_path):  # noqa: ANN001, ANN201
+    """A gloo process group of one rank: FSDP can wrap and clip on the CPU."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0,
+                            world_size=1)  # fmt: skip
+    yield
+    dist.destroy_process_group()
+
+
+def test_lightnings_fsdp_plugin_refuses_norm_clipping() -> None:
+    """Why Task.configure_gradient_clipping clips through the FSDP root itself."""
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+    from lightning.pytorch.plugins.precision import FSDPPrecision
+    from lightning.pytorch.utilities.enums import GradClipAlgorithmType
+
+    with pytest.raises(MisconfigurationException, match="not supported"):
+        FSDPPrecision("bf16-mixed").clip_gradients(None, 1.0, GradClipAlgorithmType.NORM)
+
+
+def test_fsdp_wraps_each_layer_and_the_task_clips_through_the_root(one_process_group) -> None:  # noqa: ANN001
+    import copy
+    from types import SimpleNamespace
+
+    from hydra.utils import instantiate
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    from attnlab.nn.layers import DecoderLayer
+    from attnlab.tasks.language_modeling import LanguageModelTask
+
+    policy = instantiate(trainer_config("fsdp").strategy.auto_wrap_policy)
+    model = {"name": "decoder_only", "vocab_size": 30, "d_model": 16, "n_heads": 2,
+             "n_layers": 3, "dropout": 0.0}  # fmt: skip
+    task = LanguageModelTask(model=model)
+    reference = copy.deepcopy(task.model)
+    root = FSDP(task.model, auto_wrap_policy=policy, use_orig_params=True,
+                device_id=torch.device("cpu"))
+    units = [m for m in root.modules() if isinstance(m, FSDP) and m is not root]
+    assert len(units) == 3 and all(isinstance(u.module, DecoderLayer) for u in units)
+
+    tokens = torch.randint(6, 30, (2, 9))
+    for net in (root, reference):
+        (net(tokens[:, :-1]).float().pow(2).mean() * 1e3).backward()  # norms well above 1
+    task._trainer = SimpleNamespace(model=root)
+    task.configure_gradient_clipping(None, 0.5, "norm")
+    torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.5)
+    with FSDP.summon_full_params(root, with_grads=True):
+        got = dict(root.named_parameters())
+        for name, param in reference.named_parameters():
+            wrapped = next(v for k, v in got.items() if k.replace("_fsdp_wrapped_module.", "")
+                           == name)  # fmt: skip
+            torch.testing.assert_close(wrapped.grad, param.grad, rtol=1e-5, atol=1e-7)

@@ -39,6 +39,7 @@ RUN_OBJECTS = frozenset({
     "lightning.pytorch.Trainer",
     "lightning.pytorch.strategies.DDPStrategy",
     "lightning.pytorch.strategies.FSDPStrategy",
+    "attnlab.nn.layers.fsdp_wrap_policy",
     "lightning.pytorch.callbacks.ModelCheckpoint",
     "lightning.pytorch.callbacks.LearningRateMonitor",
     "attnlab.callbacks.lr_monitor.LearningRateMonitor",

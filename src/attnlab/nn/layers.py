@@ -130,3 +130,12 @@ class ParallelLayer(nn.Module):
         h = self.norm(x)
         attended = self.self_attn(h, inputs, cache=cache)
         return x + self.dropout(attended) + self.dropout(self.ffn(h))
+
+
+def fsdp_wrap_policy() -> Any:
+    """FSDP's ``auto_wrap_policy`` for ``trainer=fsdp``: one unit per Transformer layer, so a
+    layer's weights are gathered when it runs and freed after (Zhao et al. 2023, "PyTorch
+    FSDP", §3.1); the embeddings and output head stay in the root unit."""
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    return ModuleWrapPolicy({EncoderLayer, DecoderLayer, ParallelLayer})

@@ -7,6 +7,7 @@ itself comes from :mod:`attnlab.models`.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import lightning as L
@@ -44,9 +45,34 @@ def lr_multiplier(step: int, cfg: OptimConfig, d_model: int, total_steps: int) -
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def _no_decay(name: str, param: Tensor) -> bool:
-    """Norm gains, biases, embeddings and position tables are not weight-decayed."""
-    return param.dim() < 2 or "embedding" in name or "positions" in name
+# prefixes that wrappers (FSDP, activation checkpointing, torch.compile) add to a name
+_WRAPPERS = re.compile(r"(_fsdp_wrapped_module|_checkpoint_wrapped_module|_orig_mod)\.")
+_NO_DECAY_LEAVES = ("query", "cls", "cls_token")  # attention pooling's query, ViT's [CLS]
+
+
+def _no_decay(name: str) -> bool:
+    """Norm gains, biases, embeddings, position tables and the learned [CLS]/pooling query
+    vectors are not weight-decayed.
+
+    Chosen by name, not by shape: under FSDP (``use_orig_params``) the optimiser is handed
+    1-D shards of every weight. The rule gives the groups ``param.dim() < 2`` gave on the
+    unwrapped model (a test checks it over every architecture and option).
+    """
+    *path, leaf = _WRAPPERS.sub("", name).split(".")
+    return (
+        leaf.startswith("bias") or leaf in _NO_DECAY_LEAVES
+        or "embedding" in name or "positions" in name
+        or any(part.endswith("norm") for part in path)
+    )  # fmt: skip
+
+
+def is_fsdp(module: Any) -> bool:
+    """Whether ``module`` is an FSDP root (torch's FullyShardedDataParallel)."""
+    if module is None or not torch.distributed.is_available():
+        return False
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    return isinstance(module, FullyShardedDataParallel)
 
 
 class Task(L.LightningModule):
@@ -106,7 +132,7 @@ class Task(L.LightningModule):
         decay, no_decay = [], []
         for name, param in self.named_parameters():
             if param.requires_grad:
-                (no_decay if _no_decay(name, param) else decay).append(param)
+                (no_decay if _no_decay(name) else decay).append(param)
         optimizer = torch.optim.AdamW(
             [
                 {"params": decay, "weight_decay": cfg.weight_decay},
@@ -124,6 +150,20 @@ class Task(L.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": schedule, "interval": "step"},
         }
+
+    def configure_gradient_clipping(
+        self, optimizer: Any, gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:  # fmt: skip
+        """Under FSDP the gradient norm is the root module's, over every rank's shards (a
+        collective, run on every rank): Lightning's FSDP precision plugin refuses norm
+        clipping, which would see one shard. Elsewhere, Lightning's own clipping."""
+        root = self._trainer.model if self._trainer is not None else None
+        norm = (gradient_clip_algorithm or "norm") == "norm"
+        if gradient_clip_val and norm and is_fsdp(root):
+            root.clip_grad_norm_(gradient_clip_val)  # type: ignore[union-attr]
+            return
+        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def _fused(self, params: list[Tensor]) -> bool:
         """Fused AdamW (one kernel for all tensors; ~5x faster steps on CPU too), except
