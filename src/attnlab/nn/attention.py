@@ -250,8 +250,8 @@ class MultiHeadAttention(nn.Module):
         d, weight, bias = self.d_model, self.in_proj.weight, self.in_proj.bias
         if memory is None:  # self-attention: Q, K, V in one matrix product
             q, k, v = (self._heads(t) for t in self.in_proj(x).split(self.split_sizes, dim=-1))
-            if self.q_norm is not None:
-                q, k = self.q_norm(q), self.k_norm(k)  # type: ignore[misc]
+            if self.q_norm is not None:  # CUDA autocast runs the norms in fp32: back to v's
+                q, k = self.q_norm(q).to(v.dtype), self.k_norm(k).to(v.dtype)  # type: ignore[misc]
             if inputs.rope is not None:
                 q, k = apply_rotary(q, *inputs.rope), apply_rotary(k, *inputs.rope)
             if self.kind is not None:
@@ -263,14 +263,14 @@ class MultiHeadAttention(nn.Module):
         else:  # cross-attention: K, V from the encoder output
             q = self._heads(F.linear(x, weight[:d], bias[:d]))
             if self.q_norm is not None:
-                q = self.q_norm(q)
+                q = self.q_norm(q).to(q.dtype)
             if cache is not None and "cross_k" in cache:
                 k, v = cache["cross_k"], cache["cross_v"]
             else:
                 kv = F.linear(memory, weight[d:], bias[d:]).split(self.d_kv, dim=-1)
                 k, v = (self._heads(t) for t in kv)
                 if self.k_norm is not None:
-                    k = self.k_norm(k)
+                    k = self.k_norm(k).to(v.dtype)
                 if cache is not None:
                     cache["cross_k"], cache["cross_v"] = k, v
         dropout_p = self.dropout if self.training else 0.0
