@@ -125,6 +125,19 @@ def test_a_resumed_ddp_run_continues_every_ranks_own_random_states(tmp_path: Pat
     assert ranks[0] != ranks[1]  # the ranks' generators differ, so the check can fail
 
 
+@pytest.mark.slow
+def test_ddp_trains_a_classifier_that_leaves_parameters_unused(tmp_path: Path) -> None:
+    """encoder_decoder pooling its encoder by mean never uses its decoder: under DDP
+    (find_unused_parameters=False) that failed at the second step."""
+    done = train(tmp_path, ["-m", "attnlab.train", "trainer=ddp_cpu", "model=encoder_decoder",
+                            "model.pool=mean", "data=majority", "data.train_size=64",
+                            "data.val_size=16", "data.test_size=16", "data.batch_size=8",
+                            "model.d_model=16", "model.n_heads=2", "model.n_layers=1",
+                            "trainer.max_steps=3",
+                            "trainer.enable_progress_bar=false"])  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 def test_torchrun_run_directory_comes_from_the_rendezvous_id() -> None:
     env = {"TORCHELASTIC_RUN_ID": "job/42", "WORLD_SIZE": "4"}
     assert torchrun_run_dir(["data=copy"], env) == [

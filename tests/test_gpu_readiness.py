@@ -209,3 +209,80 @@ def test_fsdp_wraps_each_layer_and_the_task_clips_through_the_root(one_process_g
             wrapped = next(v for k, v in got.items() if k.replace("_fsdp_wrapped_module.", "")
                            == name)  # fmt: skip
             torch.testing.assert_close(wrapped.grad, param.grad, rtol=1e-5, atol=1e-7)
+
+
+def test_under_ddp_the_ranks_agree_on_a_stop_every_n_steps_not_every_batch() -> None:
+    """One all-reduce (and host sync) every 10 optimizer steps, however many batches each
+    step accumulates; a signal between checks stops every rank at the next check."""
+    from types import SimpleNamespace
+
+    from attnlab.callbacks.stop import GracefulStop
+
+    reduces: list[int] = []
+
+    def reduce_boolean_decision(decision: bool, all: bool = True) -> bool:  # noqa: A002
+        reduces.append(trainer.global_step)
+        return decision
+
+    trainer = SimpleNamespace(world_size=2, global_step=0, should_stop=False,
+                              strategy=SimpleNamespace(reduce_boolean_decision=reduce_boolean_decision),
+                              save_checkpoint=lambda path: None, checkpoint_callback=None,
+                              default_root_dir="/nonexistent")  # fmt: skip
+    stop = GracefulStop()
+    for step in range(1, 26):
+        trainer.global_step = step
+        for _ in range(2):  # two accumulated batches per optimizer step
+            stop.on_train_batch_end(trainer)  # type: ignore[arg-type]
+    assert reduces == [10, 20]
+    stop.status = "preempted"  # a signal at step 25
+    for step in (26, 29, 30):
+        trainer.global_step = step
+        stop.on_train_batch_end(trainer)  # type: ignore[arg-type]
+        assert trainer.should_stop == (step == 30)
+
+
+@pytest.mark.parametrize(("model", "unused"), [
+    (["model=encoder_decoder", "model.pool=mean"], "model.decoder."),  # the encoder is pooled
+    (["model=encoder_only", "model.tie_embeddings=false"], "model.lm_head."),  # LM-only head
+])  # fmt: skip
+def test_under_ddp_the_parameters_no_classification_loss_reaches_are_frozen(
+    model: list[str], unused: str, tmp_path
+) -> None:  # noqa: ANN001
+    """DDP (find_unused_parameters=False) fails at the second step on a parameter with no
+    gradient; frozen, it is skipped, and everything the loss reaches still trains."""
+    from composed_runs import compose_run
+
+    cfg = compose_run(["trainer=ddp_cpu", "data=majority", "data.train_size=16", "data.val_size=8",
+                       "data.test_size=8", "model.d_model=16", "model.n_heads=2",
+                       "model.n_layers=1", *model], tmp_path)  # fmt: skip
+    task = pipeline.build_task(cfg, pipeline.build_data(cfg))
+    frozen = {n for n, p in task.named_parameters() if not p.requires_grad}
+    assert frozen and all(n.startswith(unused) for n in frozen), sorted(frozen)[:5]
+    assert task.model.embedding.weight.requires_grad  # shared with the frozen part: trains
+    logits = task(torch.full((2, 5), 7))
+    logits.sum().backward()
+    assert all(p.grad is not None for p in task.parameters() if p.requires_grad)
+
+
+def test_bleu_by_length_scores_every_ranks_examples(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under DDP each rank decodes its share of the test set; the per-length BLEU is over
+    all of them (gathered), not rank 0's share."""
+    from attnlab.callbacks import resume
+    from attnlab.tasks import seq2seq
+
+    task = seq2seq.Seq2SeqTask(model={"name": "encoder_decoder", "vocab_size": 20,
+                                      "d_model": 16, "n_heads": 2, "n_layers": 1},
+                               task={"bleu_by_length": [3]})  # fmt: skip
+    task.bleu_enabled = True
+    mine = [(2, "a b", "a b")]
+    other_rank = [(5, "c d e f g", "c d e f g"), (1, "h", "x")]
+    monkeypatch.setattr(resume, "gather_objects", lambda own: [own, other_rank])
+    scored: list[list] = []
+    real = seq2seq.bleu_by_length
+    monkeypatch.setattr(seq2seq, "bleu_by_length",
+                        lambda examples, edges: (scored.append(examples), real(examples, edges))[1])
+    monkeypatch.setattr(task, "log", lambda *args, **kwargs: None)
+    monkeypatch.setattr(task, "_log_bleu", lambda stage: None)
+    task._by_length = list(mine)
+    task.on_test_epoch_end()
+    assert scored == [mine + other_rank]

@@ -39,11 +39,16 @@ class GracefulStop(L.Callback):
 
     handed_over = False  # set when a previous handler (submitit's requeue) took over
 
-    def __init__(self) -> None:
+    def __init__(self, check_every_n_steps: int = 10) -> None:
+        """``check_every_n_steps``: under DDP the ranks agree on stopping (an all-reduce and
+        a host sync) every N optimizer steps, not every batch; a cluster's warning comes
+        tens of seconds ahead (``--signal=USR1@90``). One process checks every batch."""
         GracefulStop.handed_over = False
         self.status: str | None = None
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
+        self.check_every_n_steps = max(int(check_every_n_steps), 1)
+        self._checked_step = -1
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.status is not None and signum == signal.SIGINT:  # the second Ctrl-C
@@ -69,6 +74,10 @@ class GracefulStop(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         if trainer.world_size > 1:  # every rank stops at the same step
+            step = trainer.global_step
+            if step % self.check_every_n_steps or step == self._checked_step:
+                return
+            self._checked_step = step  # once per optimizer step (not per accumulated batch)
             stop = trainer.strategy.reduce_boolean_decision(self.status is not None, all=False)
             self.status = self.status or ("preempted" if stop else None)
         if self.status is None:

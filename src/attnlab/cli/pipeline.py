@@ -195,7 +195,44 @@ def build_task(cfg: DictConfig, datamodule: AttnlabDataModule) -> Task:
         seed=int(cfg.seed),
     )
     check_positions(task, datamodule)
+    if data_parallel(cfg.trainer) and datamodule.task == "classification":
+        freeze_unreached(task)
     return task
+
+
+def data_parallel(trainer: Any) -> bool:
+    """Whether the strategy is DDP that expects every parameter to get a gradient
+    (``find_unused_parameters=False``, Lightning's default for ``ddp``)."""
+    strategy = trainer.get("strategy") if trainer is not None else None
+    if OmegaConf.is_dict(strategy) or isinstance(strategy, dict):
+        target = str(strategy.get("_target_", ""))
+        return target.endswith("DDPStrategy") and not strategy.get("find_unused_parameters")
+    return str(strategy or "").startswith("ddp") and "find_unused_parameters_true" not in str(
+        strategy)  # fmt: skip
+
+
+def freeze_unreached(task: Task) -> list[str]:
+    """Freeze the parameters no classification loss reaches, and return their names.
+
+    A classifier can hold parameters its loss never uses: an encoder-decoder pooling the
+    encoder by mean leaves its decoder idle, and an untied output projection is only for
+    language modelling. DDP with ``find_unused_parameters=False`` waits for their
+    gradients and fails at the second step; frozen, DDP skips them. AdamW already skipped
+    them (no gradient), so training is unchanged. Found by one backward pass on a
+    two-token input, under a forked random state.
+    """
+    import torch
+
+    params = [(n, p) for n, p in task.named_parameters() if p.requires_grad]
+    example = torch.full((1, 2), 6, dtype=torch.long)
+    with torch.random.fork_rng(), torch.enable_grad():
+        out = task(example).float().sum()
+        grads = torch.autograd.grad(out, [p for _, p in params], allow_unused=True)
+    frozen = [n for (n, p), g in zip(params, grads, strict=True) if g is None]
+    for name, param in params:
+        if name in frozen:
+            param.requires_grad_(False)
+    return frozen
 
 
 def check_positions(task: Task, datamodule: AttnlabDataModule) -> None:

@@ -209,10 +209,15 @@ class Seq2SeqTask(Task):
         self._log_bleu("val")
 
     def on_test_epoch_end(self) -> None:
+        from attnlab.callbacks.resume import gather_objects
+
         self._log_bleu("test")
-        if self.length_buckets and self._by_length:
-            for name, value in bleu_by_length(self._by_length, self.length_buckets).items():
-                self.log(f"test/{name}", value, sync_dist=False)
+        if self.length_buckets and self.bleu_enabled:
+            # every rank's examples (under DDP each rank decoded its share), in rank order
+            examples = [e for part in gather_objects(self._by_length) for e in part]
+            if examples:
+                for name, value in bleu_by_length(examples, self.length_buckets).items():
+                    self.log(f"test/{name}", value, sync_dist=False)
             self._by_length = []
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
