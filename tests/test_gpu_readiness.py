@@ -286,3 +286,21 @@ def test_bleu_by_length_scores_every_ranks_examples(monkeypatch: pytest.MonkeyPa
     task._by_length = list(mine)
     task.on_test_epoch_end()
     assert scored == [mine + other_rank]
+
+
+def test_diagnostics_turn_themselves_off_under_fsdp() -> None:
+    """Rank 0 holds only shards under FSDP: the probe forward and the weight norms of
+    callbacks=diagnostics would read partial weights (or hang in an all-gather)."""
+    from types import SimpleNamespace
+
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    from attnlab.callbacks.diagnostics import TrainingDiagnostics
+
+    callback = TrainingDiagnostics(every_n_steps=1)
+    trainer = SimpleNamespace(strategy=FSDPStrategy(), is_global_zero=True, global_step=0)
+    with pytest.warns(UserWarning, match="off under FSDP"):
+        callback.setup(trainer, None, "fit")  # type: ignore[arg-type]
+    callback.on_fit_start(trainer, None)  # type: ignore[arg-type]
+    callback.on_train_batch_start(trainer, None, None, 0)  # type: ignore[arg-type]
+    assert callback.probe is None and callback._hooks == []

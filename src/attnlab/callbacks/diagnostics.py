@@ -139,9 +139,20 @@ class TrainingDiagnostics(L.Callback):
         self._before: dict[str, list[Tensor]] | None = None
         self._hooks: list[Any] = []
         self._last_image_step: int | None = None
+        self.off = False  # under FSDP: no rank holds whole weights to diagnose
+
+    def setup(self, trainer: L.Trainer, pl_module: Any, stage: str) -> None:
+        from lightning.pytorch.strategies import FSDPStrategy
+        from lightning.pytorch.utilities import rank_zero_warn
+
+        if isinstance(trainer.strategy, FSDPStrategy):
+            self.off = True
+            rank_zero_warn("callbacks=diagnostics is off under FSDP: its probe forward and "
+                           "weight norms run on rank 0, which holds only shards; diagnose "
+                           "with trainer=ddp or one GPU")  # fmt: skip
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: Any) -> None:
-        if trainer.is_global_zero:
+        if trainer.is_global_zero and not self.off:
             self._hooks = [
                 layer.register_forward_hook(lambda _m, _a, out, n=name: self._record_resid(n, out))
                 for name, layer in transformer_layers(pl_module.model)
@@ -156,7 +167,9 @@ class TrainingDiagnostics(L.Callback):
         self, trainer: L.Trainer, pl_module: Any, batch: Any, batch_idx: int
     ) -> None:
         step = trainer.global_step
-        if not trainer.is_global_zero or step % self.every_n_steps or step == self._step:
+        if self.off or not trainer.is_global_zero:
+            return
+        if step % self.every_n_steps or step == self._step:
             return
         if self.probe is None:
             self.probe = self._take_probe(trainer, pl_module, batch)
