@@ -37,3 +37,18 @@ class RngChecksum(L.Callback):
         digest = hashlib.sha256(torch.get_rng_state().numpy().tobytes()).hexdigest()
         name = f"rng_rank{trainer.global_rank}_step{trainer.global_step}.txt"
         (Path(trainer.default_root_dir) / name).write_text(digest)
+
+
+class TestExampleCount(L.Callback):
+    """On test end: ``test_examples_rank<r>.txt``, how many test examples this rank scored."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def on_test_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any,
+                          *args: Any) -> None:  # fmt: skip
+        self.seen += int(batch["labels"].size(0))
+
+    def on_test_end(self, trainer: L.Trainer, pl_module: Any) -> None:
+        name = f"test_examples_rank{trainer.global_rank}.txt"
+        (Path(trainer.default_root_dir) / name).write_text(str(self.seen))

@@ -138,6 +138,22 @@ def test_ddp_trains_a_classifier_that_leaves_parameters_unused(tmp_path: Path) -
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+@pytest.mark.slow
+def test_the_final_test_under_ddp_scores_each_example_once(tmp_path: Path) -> None:
+    """5 test examples over 2 ranks: 3 + 2, not 3 + 3 with one repeated to even the shares."""
+    run_dir = tmp_path / "run"
+    done = train(tmp_path, ["-m", "attnlab.train", "trainer=ddp_cpu", "model=encoder_only",
+                            "data=majority", "data.train_size=32", "data.val_size=8",
+                            "data.test_size=5", "data.batch_size=2", "model.d_model=16",
+                            "model.n_heads=2", "model.n_layers=1", "trainer.max_steps=2",
+                            "trainer.enable_progress_bar=false", f"hydra.run.dir={run_dir}",
+                            "+callbacks.count._target_=rank_checksum.TestExampleCount"],
+                 extra_targets="rank_checksum.TestExampleCount")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    counts = sorted(int((run_dir / f"test_examples_rank{r}.txt").read_text()) for r in (0, 1))
+    assert counts == [2, 3]
+
+
 def test_torchrun_run_directory_comes_from_the_rendezvous_id() -> None:
     env = {"TORCHELASTIC_RUN_ID": "job/42", "WORLD_SIZE": "4"}
     assert torchrun_run_dir(["data=copy"], env) == [

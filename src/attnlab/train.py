@@ -252,6 +252,7 @@ def _fit_and_test(cfg: Any, trainer: Any, task: Any, datamodule: Any, resume_fro
     status = getattr(trainer, "attnlab_status", None) or "completed"
     best = pipeline.best_checkpoint(trainer)
     if cfg.get("test", True) and status == "completed":
+        pipeline.test_without_repeats(datamodule)
         trainer.test(task, datamodule=datamodule, ckpt_path=best, weights_only=True)
         metrics.update(pipeline.scalar_metrics(trainer.callback_metrics))
     throughput = next((c for c in trainer.callbacks if isinstance(c, TokenThroughput)), None)
