@@ -9,7 +9,9 @@ d_model 768, block 1024, vocabulary 50304 (50257 padded to a multiple of 64, as
 nanoGPT does), Pre-LN, GPT-2's tanh GELU, learned positions, tied embeddings, no dropout —
 trained on random tokens through the same optimiser and loss as attnlab-train
 (LanguageModelTask). It prints milliseconds per iteration, tokens per second and
-MFU against the device's dense bf16 peak (attnlab.callbacks.mfu).
+MFU against the device's dense peak at the precision its matrix products run in
+(attnlab.callbacks.mfu): bf16, or with --precision fp32 the TF32 tensor-core peak, since
+CUDA runs here allow TF32 matmuls (``peak_key``; the JSON records it as "peak_precision").
 
 For comparison, nanoGPT trains the same shape (config/train_gpt2.py: batch 12 ×
 block 1024 × 40 gradient-accumulation micro-steps ≈ 0.5M tokens per iteration,
@@ -50,6 +52,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="torch.compile the model (default: on for cuda)")  # fmt: skip
     parser.add_argument("--json", type=Path, help="also write the results here")
     return parser.parse_args(argv)
+
+
+def peak_key(precision: str) -> str:
+    """The ``peak_flops`` key of the precision the matmuls run in: fp32 matmuls run on the
+    TF32 tensor cores when ``torch.backends.cuda.matmul.allow_tf32`` is set (H100: 494
+    against 67 TFLOP/s), so dividing by the fp32 peak would overstate MFU ~7×."""
+    return "tf32" if precision == "fp32" and torch.backends.cuda.matmul.allow_tf32 else precision
 
 
 def build(args: argparse.Namespace) -> tuple[LanguageModelTask, dict]:
@@ -118,9 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg = task.model_cfg
     per_token = flops_per_token(cfg, 0, block)
     name = torch.cuda.get_device_name(device) if cuda else "cpu"
-    peak = peak_flops(name, precision) if cuda else None
+    key = peak_key(precision)
+    peak = peak_flops(name, key) if cuda else None
     result = {
-        "device": name, "precision": precision, "compile": args.compile, "batch": batch,
+        "device": name, "precision": precision, "peak_precision": key,
+        "compile": args.compile, "batch": batch,
         "block": block, "accum": args.accum, "params": task.model.num_params(),
         "ms_per_iter": 1e3 * seconds, "tokens_per_sec": tokens_per_sec,
         "flops_per_token": per_token, "achieved_tflops": tokens_per_sec * per_token / 1e12,
@@ -129,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         "max_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None,
     }  # fmt: skip
     mfu_text = (
-        f"{100 * result['mfu']:.1f}% of {result['peak_tflops']:.0f} TFLOP/s"
+        f"{100 * result['mfu']:.1f}% of {result['peak_tflops']:.0f} TFLOP/s ({key} peak)"
         if peak
         else "n/a (no peak known for this device)"
     )

@@ -65,7 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="run directories, logs (default: a new temporary folder)")  # fmt: skip
     parser.add_argument("--nanogpt", type=Path,
                         help="nanoGPT checkout (default: $NANOGPT_DIR, else "
-                        "../shared/reference/nanogpt beside the repository)")  # fmt: skip
+                        "shared/reference/nanogpt in the repository, else beside it)")  # fmt: skip
     parser.add_argument("--batch", type=int, default=16,
                         help="sequences per step for steps 1, 2 and 6 (default 16)")  # fmt: skip
     parser.add_argument("--budget", type=float, default=480.0,
@@ -77,11 +77,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def find_nanogpt(root: Path = ROOT) -> Path:
+    """$NANOGPT_DIR, else the first nanoGPT folder holding a bench.py: the repository's own
+    shared/reference/nanogpt (a lent machine gets only the repository, with its shared/),
+    then ../shared/reference/nanogpt beside it; the last when neither has one (step 2 then
+    reports it not found)."""
+    if os.environ.get("NANOGPT_DIR"):
+        return Path(os.environ["NANOGPT_DIR"])
+    places = [base / "shared" / "reference" / "nanogpt" for base in (root, root.parent)]
+    return next((place for place in places if (place / "bench.py").is_file()), places[-1])
+
+
 def settings_from(args: argparse.Namespace) -> Settings:
     out = args.out or Path(os.environ.get("OUT") or "gpu_suite_out")
-    nanogpt = args.nanogpt or Path(
-        os.environ.get("NANOGPT_DIR") or ROOT.parent / "shared" / "reference" / "nanogpt"
-    )
+    nanogpt = args.nanogpt or find_nanogpt(ROOT)
     work = args.work or Path(tempfile.mkdtemp(prefix="gpu_suite_work_"))
     return Settings(
         tiny=args.tiny, out=out.resolve(), work=work.resolve(), nanogpt=nanogpt.resolve(),

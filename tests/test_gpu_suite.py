@@ -8,12 +8,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
+import gpu_check  # noqa: E402
 import gpu_suite  # noqa: E402
 from gpu_suite_jobs import Job, Ran, Settings, StepResult, failure, run_job  # noqa: E402
 from gpu_suite_steps import STEPS, nanogpt_metrics, parse_nanogpt  # noqa: E402
@@ -58,6 +61,38 @@ def test_nanogpt_mfu_is_moved_from_the_a100_peak_to_the_device_peak() -> None:
     assert metrics["tokens_per_sec"] == pytest.approx(16 * 1024 / 0.1)
     assert metrics["mfu"] == pytest.approx(0.5 * 312 / 989)
     assert nanogpt_metrics(parsed, 16, 1024, peak=None)["mfu"] is None
+
+
+def make_nanogpt(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "bench.py").write_text("")
+    return folder
+
+
+def test_nanogpt_is_found_in_the_repositorys_own_shared_folder_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NANOGPT_DIR", raising=False)
+    root = tmp_path / "checkout"
+    root.mkdir()
+    beside = tmp_path / "shared" / "reference" / "nanogpt"
+    assert gpu_suite.find_nanogpt(root) == beside  # neither: the default step 2 reports
+    make_nanogpt(beside)
+    assert gpu_suite.find_nanogpt(root) == beside
+    inside = make_nanogpt(root / "shared" / "reference" / "nanogpt")  # what a lent machine gets
+    assert gpu_suite.find_nanogpt(root) == inside
+    monkeypatch.setenv("NANOGPT_DIR", str(tmp_path / "elsewhere"))
+    assert gpu_suite.find_nanogpt(root) == tmp_path / "elsewhere"
+
+
+@pytest.mark.parametrize("tf32,key", [(True, "tf32"), (False, "fp32")])
+def test_fp32_runs_are_measured_against_the_tf32_peak_when_tf32_is_on(
+    tf32: bool, key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the flag itself cannot be monkeypatched (torch's cuBLASModule); its holder can
+    monkeypatch.setattr(torch.backends.cuda, "matmul", SimpleNamespace(allow_tf32=tf32))
+    assert gpu_check.peak_key("fp32") == key
+    assert gpu_check.peak_key("bf16") == "bf16"
 
 
 def test_a_failed_job_records_its_last_error_line() -> None:

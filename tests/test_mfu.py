@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from attnlab.callbacks.mfu import flops_per_token, forward_flops, mfu, peak_flops, precision_key
 from attnlab.models import ModelConfig, build_model
+from attnlab.models import flops as flops_module
+from attnlab.models.flops import attended_pairs, attention_flops
+from attnlab.models.stack import kind_spec
+from attnlab.nn.attention_kinds import (
+    BigBirdAttention,
+    LongformerAttention,
+    SlidingWindowAttention,
+)
 
 
 def config(name: str, **overrides: object) -> ModelConfig:
@@ -68,6 +78,79 @@ def test_longer_sequences_cost_more_per_token_through_attention() -> None:
     assert flops_per_token(cfg, 0, 1024) > flops_per_token(cfg, 0, 64)
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_sparse_kinds_count_the_pairs_of_their_pattern(
+    causal: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    T, w, g, b = 45, 6, 3, 4
+    window = [(i, j) for i in range(T) for j in range(T)
+              if abs(i - j) < w and (j <= i or not causal)]  # fmt: skip
+    # Beltagy et al. 2020, §3.1: the window, plus g global tokens that see and are seen by all
+    longformer = [(i, j) for i in range(T) for j in range(T)
+                  if (abs(i - j) < w or j < g or i < g) and (j <= i or not causal)]  # fmt: skip
+    name = "decoder_only" if causal else "encoder_only"
+    bigbird = config(name, attention="bigbird", attn_block=b, n_random=2, max_len=64)
+    expected = {
+        SlidingWindowAttention: (config(name, attention="sliding_window", window=w), len(window)),
+        LongformerAttention: (config(name, attention="longformer", window=w, n_global=g),
+                              len(longformer)),
+        BigBirdAttention: (bigbird, int(BigBirdAttention(kind_spec(bigbird, causal))
+                                        .mask(T, T).sum())),  # the random blocks: its mask
+    }  # fmt: skip
+    monkeypatch.setattr(flops_module, "_MASK_ELEMENTS", 7 * T)  # a kind of one's own: 7 rows
+    for kind, (cfg, pairs) in expected.items():
+        assert attended_pairs(cfg, T, causal) == pairs
+        assert flops_module._mask_count.__wrapped__(kind, kind_spec(cfg, causal), T) == pairs
+
+
+def test_full_attention_counts_every_key_even_when_causal() -> None:
+    assert attended_pairs(config("decoder_only"), 100, causal=True) == 100 * 100
+
+
+T, W, B, G, R, K, D, HEADS = 256, 32, 8, 2, 1, 32, 32, 2
+
+
+def cpu_sdpa_flops(q: tuple, k: tuple, v: tuple, *args: object, **kwargs: object) -> int:
+    """QKᵀ and AV of the fused CPU kernel, which torch's counter does not see into; the
+    sparse kinds call it on (B, H, n_blocks, rows, d) blocks."""
+    return 2 * 2 * math.prod(q[:-1]) * k[-2] * q[-1]
+
+
+# (model, attention, keys per query its SDPA/CPU kernel computes at most, at T, w, b, g, r, k
+# above); flops.py counts fewer, the pairs of the pattern, and the test holds both bounds
+KERNEL_KEYS = [
+    ("decoder_only", "sliding_window", B + W - 1),  # b query rows × their b + w − 1 keys
+    ("encoder_only", "sliding_window", B + 2 * W - 2),
+    ("decoder_only", "longformer", B + W - 1 + G),  # + the g global keys in every block
+    ("encoder_only", "longformer", B + 2 * W - 2 + G + G),  # + g global rows over T keys
+    ("decoder_only", "bigbird", (3 + R) * B),  # global, previous, own + r random blocks, whole
+    ("encoder_only", "bigbird", (4 + R) * B + B),  # + the next block; + b global rows
+    ("encoder_only", "linformer", 2 * K),  # exact: k projected keys, and E·K, F·V
+    ("encoder_only", "linear", D // HEADS + 0.5),  # exact: d_head² per head, φ(Q)ᵀZ
+    ("decoder_only", "linear", 64 + D // HEADS + 0.5),  # + the quadratic form in 64-chunks
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name,attention,kernel_keys", KERNEL_KEYS)
+def test_sparse_kinds_count_their_pattern_and_the_kernel_does_no_less(
+    name: str, attention: str, kernel_keys: float
+) -> None:
+    cfg = config(name, attention=attention, attn_impl="sdpa", d_model=D, n_heads=HEADS,
+                 window=W, attn_block=B, n_global=G, n_random=R, linformer_k=K, max_len=T,
+                 pos="learned")  # fmt: skip
+    torch.manual_seed(0)
+    model = build_model(cfg).eval()
+    tokens = torch.randint(6, cfg.vocab_size, (1, T))
+    mapping = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: cpu_sdpa_flops}
+    with FlopCounterMode(display=False, custom_mapping=mapping) as counter, torch.no_grad():
+        model(tokens)
+    counted, counted_here = counter.get_total_flops(), forward_flops(cfg, 0, T)
+    kernel_excess = cfg.n_layers * (
+        2 * 2 * D * T * kernel_keys - attention_flops(cfg, T, causal=name == "decoder_only")
+    )
+    assert counted_here <= counted <= counted_here + kernel_excess
+
+
 def test_no_tokens_is_an_error() -> None:
     with pytest.raises(ValueError, match="positive"):
         flops_per_token(config("decoder_only"), 0, 0)
@@ -81,6 +164,8 @@ def test_no_tokens_is_an_error() -> None:
         ("NVIDIA H100 80GB HBM3", "bf16-mixed", 989),
         ("NVIDIA H100 PCIe", "bf16-mixed", 756),
         ("NVIDIA H200", "bf16-true", 989),
+        ("NVIDIA H200 NVL", "bf16-mixed", 835.5),
+        ("NVIDIA H200 NVL", "tf32", 417.5),
         ("NVIDIA L4", "bf16-mixed", 121),
         ("NVIDIA L40S", "bf16-mixed", 362),
         ("NVIDIA A10G", "bf16-mixed", 125),
@@ -100,6 +185,10 @@ def test_peak_flops_by_device_name(device: str, precision: str, tflops: float) -
 )  # fmt: skip
 def test_no_peak_is_claimed_when_unknown(device: str, precision: str) -> None:
     assert peak_flops(device, precision) is None
+
+
+def test_h200_nvl_is_not_given_the_sxm_peak() -> None:
+    assert peak_flops("NVIDIA H200 NVL", "bf16") < peak_flops("NVIDIA H200", "bf16")
 
 
 def test_lightning_precision_names_map_to_table_keys() -> None:

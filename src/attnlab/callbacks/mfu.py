@@ -8,8 +8,10 @@ output layer; for an encoder-decoder also the cross-attention — at the given
 sequence lengths. Multiply-add = 2 FLOPs; training (forward + backward) = 3 ×
 forward. For a decoder-only model with d_ff = 4·d_model this is PaLM's
 6·N + 12·L·d·T (N = parameters in matrices, T = sequence length); like PaLM and
-nanoGPT, attention counts the full T×T score matrix even when causal. Norms,
-activations, softmax and position schemes are elementwise and not counted.
+nanoGPT, full attention counts the whole T×T score matrix even when causal, while the
+sparse and kernelised ``model.attention`` kinds count the keys each query attends
+(:mod:`attnlab.models.flops`). Norms, activations, softmax and position schemes are
+elementwise and not counted.
 
 ``peak_flops`` is the datasheet's dense (no 2:4 sparsity) tensor-core peak for
 a device named by ``torch.cuda.get_device_name()``. No peak is claimed for CPUs.
@@ -29,7 +31,10 @@ PEAK_TFLOPS: tuple[tuple[str, dict[str, float]], ...] = (
     (r"H100 NVL", {}),  # not claimed: its datasheet figures are per card pair
     (r"H100.*(PCIe|PCIE)", {"bf16": 756.0, "fp16": 756.0, "tf32": 378.0, "fp32": 51.0}),
     (r"H100", {"bf16": 989.0, "fp16": 989.0, "tf32": 494.0, "fp32": 67.0}),  # SXM
-    (r"H200", {"bf16": 989.0, "fp16": 989.0, "tf32": 494.0, "fp32": 67.0}),
+    # H200 NVL (PCIe, 600 W): NVIDIA's H200 datasheet gives bf16/fp16 1,671 and tf32 835
+    # TFLOP/s with 2:4 sparsity (dense = ÷ 2) and fp32 60; not re-checked against a copy of it
+    (r"H200 NVL", {"bf16": 835.5, "fp16": 835.5, "tf32": 417.5, "fp32": 60.0}),
+    (r"H200", {"bf16": 989.0, "fp16": 989.0, "tf32": 494.0, "fp32": 67.0}),  # SXM
     (r"A100", {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5}),
     (r"L40S", {"bf16": 362.0, "fp16": 362.0, "fp32": 91.6}),
     (r"\bL4\b", {"bf16": 121.0, "fp16": 121.0, "fp32": 30.3}),

@@ -2,17 +2,41 @@
 
 Multiply-add = 2 FLOPs. Per layer and token: W_Q, W_K, W_V, W_O (2·4·d², less with
 grouped-query attention, whose W_K and W_V have n_kv_heads·d_head rows), the scores
-QKᵀ and the weighted sum AV over ``length`` keys (2·2·length·d), the feed-forward
+QKᵀ and the weighted sum AV over the keys the query attends (2·2·keys·d), the feed-forward
 network (2·2·d·d_ff, or 3 matrices for SwiGLU); a decoder layer with cross-attention
 adds W_Q, W_O per query, the scores over the memory, and W_K, W_V once per memory
 token. For a decoder-only model with d_ff = 4·d_model this is PaLM's
-6·N + 12·L·d·T per token for training (Chowdhery et al. 2022, App. B). Like PaLM
-and nanoGPT, attention counts the full T×T score matrix even when causal.
+6·N + 12·L·d·T per token for training (Chowdhery et al. 2022, App. B).
+
+Attention counts the work the model needs, not what a kernel happens to compute —
+model FLOPs, as MFU counts them (PaLM, App. B) — per ``model.attention``:
+
+* ``full``: all T keys, even when causal, as PaLM and nanoGPT count, so MFU compares
+  with theirs. (Cross-attention is always full: every memory state.)
+* ``sliding_window``, ``longformer``, ``bigbird`` and any kind with its own ``pattern``:
+  the (query, key) pairs its ``mask()`` allows (``attended_pairs``) — w keys a query for
+  a causal window, 2w − 1 for a bidirectional one. Their blocked kernels (attn_impl=sdpa)
+  compute more, which is not counted: a block of b queries scores b + w − 1 keys (a
+  causal window: (b − 1)/w more), BigBird's gathered blocks are scored whole, and the
+  global rows of the bidirectional kinds are computed twice (tests/test_mfu.py bounds it).
+* ``linformer``: the k projected keys (k = ``linformer_k``, even when T < k), plus the
+  projections E·K and F·V along the sequence (2·2·k·d per token; Wang et al. 2020, eq. 7).
+* ``linear``: φ(K)ᵀV and φ(Q)ᵀS, d_head × d_head per head and token (2·2·d_head·d), and the
+  normaliser φ(Q)ᵀZ (2·d; Katharopoulos et al. 2020, eq. 6). The causal kernel's chunks
+  (the quadratic form within 64 tokens) are not counted.
 """
 
 from __future__ import annotations
 
+import functools
+from typing import TYPE_CHECKING
+
 from attnlab.models.config import ModelConfig
+
+if TYPE_CHECKING:
+    from attnlab.nn.attention_kinds import KindSpec
+
+_MASK_ELEMENTS = 2**22  # mask entries built at a time when counting a pattern's pairs
 
 
 def ffn_flops(cfg: ModelConfig) -> int:
@@ -21,14 +45,94 @@ def ffn_flops(cfg: ModelConfig) -> int:
     return 2 * matrices * cfg.d_model * cfg.ff_dim
 
 
-def transformer_flops(cfg: ModelConfig, length: int, layers: int, memory_len: int = 0) -> int:
+def attended_pairs(cfg: ModelConfig, length: int, causal: bool) -> int:
+    """(query, key) pairs a self-attention layer over ``length`` tokens scores: length² for
+    ``full`` (even when causal), else the True entries of the kind's ``mask(length, length)``
+    — counted row by row for the built-in kinds, from the mask itself for a kind of one's own."""
+    from attnlab.models.stack import kind_spec
+    from attnlab.nn.attention_kinds import ATTENTION_KINDS, AttentionKind
+
+    kind = ATTENTION_KINDS.get(cfg.attention)
+    if cfg.attention == "full" or kind.pattern in (None, AttentionKind.pattern):
+        return length * length  # linformer and linear are counted by attention_flops
+    spec = kind_spec(cfg, causal)
+    if cfg.attention in ("sliding_window", "longformer"):
+        n_global = spec.n_global if cfg.attention == "longformer" else 0
+        return _window_pairs(length, spec.window, n_global, causal)
+    if cfg.attention == "bigbird":
+        return _bigbird_pairs(length, spec)
+    return _mask_count(kind, spec, length)
+
+
+@functools.lru_cache(maxsize=4096)
+def _window_pairs(T: int, window: int, n_global: int, causal: bool) -> int:
+    """Query i sees keys lo ≤ j < hi, |i − j| < w (j ≤ i if causal), and the global keys
+    j < g left of them; bidirectional global queries i < g see all T (Beltagy et al. 2020)."""
+    pairs = 0
+    for i in range(T):
+        lo, hi = max(0, i - window + 1), i + 1 if causal else min(T, i + window)
+        pairs += T if i < n_global and not causal else hi - lo + min(n_global, lo)
+    return pairs
+
+
+@functools.lru_cache(maxsize=4096)
+def _bigbird_pairs(T: int, spec: KindSpec) -> int:
+    """Each query block sees its key blocks whole (``_bigbird_key_blocks``: global, window,
+    random) — its own block below the diagonal if causal; bidirectional, block 0 sees all."""
+    from attnlab.nn.attention_kinds import _bigbird_key_blocks
+
+    b = spec.block
+    n = -(-T // b)
+    size = [min(b, T - q * b) for q in range(n)]  # the last block may be short
+    pairs = 0
+    for q in range(n):
+        blocks = _bigbird_key_blocks(q, n, spec.causal, spec.n_random, spec.seed)
+        if spec.causal:
+            pairs += size[q] * sum(size[k] for k in blocks if k < q) + size[q] * (size[q] + 1) // 2
+        else:
+            pairs += size[q] * (T if q == 0 else sum(size[k] for k in blocks))
+    return pairs
+
+
+@functools.lru_cache(maxsize=4096)
+def _mask_count(kind: type, spec: KindSpec, length: int) -> int:
+    """True entries of ``kind(spec).mask(length, length)``, built a few rows at a time (the
+    whole (T, T) mask is what the sparse kinds exist to avoid); O(T²), once per length."""
+    attention, rows = kind(spec), max(1, _MASK_ELEMENTS // max(length, 1))
+    return sum(
+        int(attention.mask(min(rows, length - s), length, q_offset=s).sum())
+        for s in range(0, length, rows)
+    )
+
+
+def attention_flops(cfg: ModelConfig, length: int, causal: bool) -> int:
+    """Forward FLOPs of one self-attention over ``length`` tokens, all heads, W_Q … W_O excluded."""
+    d = cfg.d_model
+    if cfg.attention == "linformer":
+        k = cfg.linformer_k
+        return 2 * 2 * length * k * d + 2 * 2 * k * length * d  # QKᵀ, AV over k rows; E·K, F·V
+    if cfg.attention == "linear":
+        d_head = d // cfg.n_heads
+        return length * (2 * 2 * d_head * d + 2 * d)  # φ(K)ᵀV, φ(Q)ᵀS per head; φ(Q)ᵀZ
+    return 2 * 2 * attended_pairs(cfg, length, causal) * d  # QKᵀ, AV
+
+
+def transformer_flops(
+    cfg: ModelConfig, length: int, layers: int, memory_len: int = 0, causal: bool | None = None
+) -> int:
     """Forward FLOPs of ``layers`` Transformer layers over ``length`` tokens; with
-    ``memory_len`` > 0 each layer also cross-attends over that many encoder states."""
+    ``memory_len`` > 0 each layer also cross-attends over that many encoder states.
+
+    ``causal``: the self-attention is masked (a decoder's). None: decoder layers are those
+    with cross-attention and all of decoder_only's; others (encoders, ViT) are bidirectional.
+    """
     d = cfg.d_model
     d_kv = (cfg.n_kv_heads or cfg.n_heads) * (d // cfg.n_heads)  # K/V width (GQA: narrower)
     projections = 2 * (2 * d * d + 2 * d * d_kv)  # W_Q, W_O; W_K, W_V
-    per_token = projections + 2 * 2 * length * d + ffn_flops(cfg)  # + QKᵀ, AV; FFN
-    total = layers * length * per_token
+    if causal is None:
+        causal = memory_len > 0 or cfg.name == "decoder_only"
+    per_layer = length * (projections + ffn_flops(cfg)) + attention_flops(cfg, length, causal)
+    total = layers * per_layer
     if memory_len:
         queries = length * (2 * 2 * d * d + 2 * 2 * memory_len * d)  # W_Q, W_O; QKᵀ, AV
         memory = memory_len * 2 * 2 * d * d_kv  # W_K, W_V on the encoder output
