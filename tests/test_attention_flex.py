@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 
 from attnlab.errors import ConfigError
 from attnlab.models import ModelConfig, build_model
@@ -101,3 +102,81 @@ def test_training_on_attn_impl_flex_on_cpu_is_refused_with_the_fix() -> None:
     kind, (q, k, v) = make("sliding_window", True), qkv(16, 16)
     with pytest.raises(ConfigError, match="no backward pass on CPU.*attn_impl=sdpa"):
         flex.flex_attend(kind, q.requires_grad_(), k, v)
+
+
+def three_layers(impl: str, arch: str = "decoder_only", kind: str = "sliding_window") -> nn.Module:
+    settings = dict(name=arch, vocab_size=40, d_model=32, n_heads=4, n_layers=3, dropout=0.0,
+                    attention=kind, window=12, attn_block=8, n_global=2, max_len=64,
+                    attn_impl=impl)  # fmt: skip
+    torch.manual_seed(0)
+    return build_model(ModelConfig.from_dict(settings), "lm").eval()
+
+
+def count_block_masks(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """(T_q, T_k) of every BlockMask built from now on."""
+    import torch.nn.attention.flex_attention as torch_flex
+
+    built, create = [], torch_flex.create_block_mask
+
+    def counted(mask_mod: object, B: object, H: object, Tq: int, Tk: int, **kw: object) -> object:
+        built.append((Tq, Tk))
+        return create(mask_mod, B, H, Tq, Tk, **kw)
+
+    monkeypatch.setattr(torch_flex, "create_block_mask", counted)
+    return built
+
+
+def test_a_stack_builds_one_block_mask_per_forward(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, tokens = three_layers("flex"), torch.randint(6, 40, (2, 50))
+    built = count_block_masks(monkeypatch)
+    with torch.no_grad():
+        model(tokens)
+        model(tokens)
+    assert built == [(50, 50), (50, 50)]  # the 3 layers share one mask per forward
+
+
+@pytest.mark.parametrize(("arch", "kind"), [("decoder_only", "sliding_window"),
+                                            ("encoder_only", "bigbird")])  # fmt: skip
+def test_the_shared_block_mask_gives_the_per_layer_masks_outputs(
+    monkeypatch: pytest.MonkeyPatch, arch: str, kind: str
+) -> None:
+    model, tokens = three_layers("flex", arch, kind), torch.randint(6, 40, (2, 50))
+    tokens[1, 40:] = 0  # padding
+    attend = flex.flex_attend
+    with torch.no_grad():
+        shared = model(tokens)
+        monkeypatch.setattr(flex, "flex_attend", lambda *a, **kw: attend(*a[:6]))
+        per_layer = model(tokens)  # every layer builds its own mask, as before
+    torch.testing.assert_close(shared, per_layer, atol=0, rtol=0)
+
+
+def test_one_token_decoding_steps_on_attn_impl_flex_take_the_blocked_kernel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from test_generation import step_logits
+
+    prompts = torch.randint(6, 40, (3, 20), generator=torch.Generator().manual_seed(1))
+    expected = step_logits(three_layers("sdpa"), prompts, use_cache=True)
+    flex_queries = []
+    attend = flex.flex_attend
+    monkeypatch.setattr(flex, "flex_attend", lambda *a, **kw: flex_queries.append(a[1].size(2))
+                        or attend(*a, **kw))  # fmt: skip
+    built = count_block_masks(monkeypatch)
+    got = step_logits(three_layers("flex"), prompts, use_cache=True)
+    assert flex_queries == [20] * 3 and built == [(20, 20)]  # the prompt only, one mask
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_a_decoding_step_of_many_queries_on_attn_impl_flex_stays_on_flex() -> None:
+    kind = make("sliding_window", True)
+    one, many = torch.zeros(1, 1, 1, D_HEAD), torch.zeros(1, 1, flex.MIN_QUERIES, D_HEAD)
+    assert not flex.uses_flex(kind, "flex", one, 0.0, decoding=True)
+    assert flex.uses_flex(kind, "flex", many, 0.0, decoding=True)
+    assert flex.uses_flex(kind, "flex", one, 0.0)  # no cached keys: a whole sequence
+
+
+def test_attention_dropout_takes_the_blocked_kernel_with_either_impl() -> None:
+    """FlexAttention has no dropout: with attn_dropout > 0 it would silently be skipped."""
+    q = torch.zeros(1, 1, 256, D_HEAD)
+    for impl in ("flex", "sdpa"):
+        assert not flex.uses_flex(make("sliding_window", True), impl, q, 0.1)

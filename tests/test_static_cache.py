@@ -261,3 +261,26 @@ def test_static_cache_continues_left_padded_prompts_as_if_alone(pos: str) -> Non
     batched = generate(model, prompts, config, eos_id=None)
     alone = generate(model, prompts[2:, 4:], config, eos_id=None)
     assert torch.equal(batched[2:], alone)
+
+
+@pytest.mark.parametrize("name", ["decoder_only", "encoder_decoder"])
+def test_a_later_generation_reuses_the_static_buffers_and_generates_the_same(name: str) -> None:
+    """A new generation of the same shapes (the next validation batch, the next prompt)
+    writes into the buffers of the last instead of new ones, so a compiled step and its
+    CUDA graph keep their addresses; its tokens are those of a fresh cache."""
+    model = make(name, max_len=64)
+    inputs = sources() if name == "encoder_decoder" else left_padded_prompts()
+    config = DecodeConfig(max_new_tokens=12, cache="static", compile=False)
+    other = torch.flip(inputs, dims=[0])  # other prompts, the same shapes
+
+    def buffers() -> list[int]:
+        (cache,) = (c for c in model.decoder.__dict__["_static_caches"].values())
+        return [t.data_ptr() for t in cache.tensors()]
+
+    first = generate(model, inputs, config)
+    addresses = buffers()
+    second = generate(model, other, config)
+    assert buffers() == addresses
+    assert torch.equal(first, generate(model, inputs, config))  # the buffers were emptied
+    assert torch.equal(second, generate(model, other, DecodeConfig(max_new_tokens=12,
+                                                                 use_cache=False)))  # fmt: skip

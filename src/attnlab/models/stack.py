@@ -115,10 +115,19 @@ class StaticCache:
         return self.positions.size(1)
 
     @classmethod
-    def from_prompt(cls, cache: DecodingCache, capacity: int) -> StaticCache:
+    def from_prompt(
+        cls, cache: DecodingCache, capacity: int, reuse: StaticCache | None = None
+    ) -> StaticCache:
         """The keys, values, positions and padding of ``cache`` in buffers of ``capacity``
-        slots (at least its length); cross-attention entries are kept as they are."""
+        slots (at least its length); cross-attention entries are kept as they are.
+
+        ``reuse``: a static cache of an earlier generation; when its buffers have the
+        shapes, dtypes and device this one needs, they are overwritten instead of new ones
+        allocated, so a compiled step (and its CUDA graph) keeps reading the same addresses
+        from one generation (one validation batch) to the next."""
         assert cache.positions is not None, "the prompt has not been read"
+        if reuse is not None and reuse.fits(cache, capacity):
+            return reuse.refill(cache)
         n = cache.length
         B = cache.layers[0]["k"].size(0)
         device = cache.positions.device
@@ -140,6 +149,36 @@ class StaticCache:
         static_cache = cls(layers, positions, key_real)
         static_cache.slot.fill_(n)
         return static_cache
+
+    def fits(self, cache: DecodingCache, capacity: int) -> bool:
+        """Whether this cache's buffers can hold ``cache``'s prompt with ``capacity`` slots."""
+        if self.capacity != capacity or len(self.layers) != len(cache.layers):
+            return False
+        if self.positions.device != cache.positions.device:  # type: ignore[union-attr]
+            return False
+        return all(
+            static.k_buffer.shape[:2] == layer["k"].shape[:2]
+            and static.k_buffer.shape[3] == layer["k"].shape[3]
+            and static.k_buffer.dtype == layer["k"].dtype
+            and static.v_buffer.shape[3] == layer["v"].shape[3]
+            for static, layer in zip(self.layers, cache.layers, strict=True)
+        )
+
+    def refill(self, cache: DecodingCache) -> StaticCache:
+        """This cache, emptied and holding ``cache``'s prompt (``from_prompt`` in place)."""
+        n = cache.length
+        self.positions.zero_()
+        self.positions[:, :n] = cache.positions
+        self.key_real.zero_()
+        self.key_real[:, :n] = True if cache.key_real is None else cache.key_real
+        for static, layer in zip(self.layers, cache.layers, strict=True):
+            for buffer, filled in ((static.k_buffer, layer["k"]), (static.v_buffer, layer["v"])):
+                buffer.zero_()
+                buffer[:, :, :n] = filled
+            static.clear()
+            static.update((name, t) for name, t in layer.items() if name.startswith("cross_"))
+        self.slot.fill_(n)
+        return self
 
     def tensors(self) -> list[Tensor]:
         """Every buffer written in place (``torch._dynamo.mark_static_address`` for CUDA
@@ -320,14 +359,18 @@ class TransformerStack(nn.Module):
         """The positions of the new tokens and what every self-attention layer needs."""
         offset = cache.length if cache is not None else 0
         q_index = torch.arange(offset, offset + T, device=device)
+        # compiled training reads no tensor on the host (each read is a graph break): explicit
+        # positions are the ViT's patch indices, which its grid and table always cover, and
+        # an all-real padding mask hides nothing
+        compiled_training = torch.compiler.is_compiling() and self.training
         if positions is None:
             positions = q_index
             self.positions.check(positions, last=offset + T - 1)
-        else:
+        elif not compiled_training:
             self.positions.check(positions)
         if key_real is None and tokens is not None and (not self.causal or cache is not None):
             is_pad = tokens == self.pad_id
-            key_real = ~is_pad if bool(is_pad.any()) else None
+            key_real = ~is_pad if compiled_training or bool(is_pad.any()) else None
         k_positions, k_real = positions, key_real
         if cache is not None:
             k_positions, k_real = cache.append(positions, key_real)

@@ -303,6 +303,10 @@ def compiled(step: object, device: torch.device) -> object:
     return _COMPILED[key]
 
 
+CAPACITY_STEP = 64  # on CUDA a static cache's slots are a multiple of this
+POOLED_CACHES = 4  # static caches kept per stack for later generations, by shape
+
+
 class FastSteps:
     """The static cache and compiled step of one generation (``DecodingState.reserve``).
 
@@ -344,11 +348,23 @@ class FastSteps:
         if not isinstance(cache, DecodingCache) or self.capacity is None:
             return cache
         capacity, self.capacity = self.capacity, None  # once
+        cuda = cache.positions is not None and cache.positions.device.type == "cuda"
+        rounded = -(-capacity // CAPACITY_STEP) * CAPACITY_STEP
+        if cuda and stack.supports_static(rounded):  # few shapes over validation batches
+            capacity = rounded
         if capacity < cache.length or not stack.supports_static(capacity):
             return cache
-        static = StaticCache.from_prompt(cache, capacity)
-        if self.compile and static.slot.device.type == "cuda":
-            for tensor in static.tensors():  # updated in place: CUDA graphs may keep them
+        # the buffers of earlier generations of this stack, by (rows, slots): reused, so a
+        # compiled step (and its CUDA graph) reads the same addresses every generation
+        pool = stack.__dict__.setdefault("_static_caches", {})  # plain: no module state
+        key = (cache.layers[0]["k"].size(0), capacity)
+        earlier = pool.pop(key, None)
+        static = StaticCache.from_prompt(cache, capacity, reuse=earlier)
+        pool[key] = static
+        while len(pool) > POOLED_CACHES:
+            pool.pop(next(iter(pool)))  # the least recently used shape
+        if static is not earlier and self.compile and cuda:
+            for tensor in static.tensors():  # updated in place: CUDA graphs keep them
                 torch._dynamo.mark_static_address(tensor)
         return static
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -96,6 +96,9 @@ class AttentionInputs:
     q_offset: int = 0
     # with a static decoding cache: the slots (T,) the new keys and values are written to
     cache_index: Tensor | None = None
+    # FlexAttention's BlockMasks by (Tq, Tk, q_offset), built by the first layer that needs
+    # one: the layers of a stack share one kind spec (bigbird's seed too), hence one pattern
+    flex_masks: dict[tuple[int, int, int], Any] = field(default_factory=dict)
 
 
 class ProjectionRows:
@@ -374,8 +377,11 @@ class MultiHeadAttention(nn.Module):
             return reference_attention(kind, q, k, v, real, q_offset)
         from attnlab.nn import flex
 
-        if flex.uses_flex(kind, self.impl, q, dropout_p):
-            return flex.flex_attend(kind, q, k, v, real, q_offset)
+        if flex.uses_flex(kind, self.impl, q, dropout_p, decoding=q_offset > 0):
+            key = (T, k.size(2), q_offset)
+            if key not in inputs.flex_masks:
+                inputs.flex_masks[key] = flex.block_mask(kind, *key, real, q.device)
+            return flex.flex_attend(kind, q, k, v, real, q_offset, inputs.flex_masks[key])
         return kind.attend(q, k, v, real, q_offset, dropout_p)
 
 

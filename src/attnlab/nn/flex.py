@@ -10,7 +10,8 @@ Where it runs: ``model.attn_impl=sdpa`` (the default) sends the sparse kinds
 (sliding_window, longformer, bigbird) here on CUDA when no attention dropout is
 asked for and at least ``MIN_QUERIES`` queries come at once (a decoding step takes the
 blocked kernel, whose per-step cost is smaller than a new block mask's).
-``model.attn_impl=flex`` sends every softmax kind here on any device: on CPU torch 2.13
+``model.attn_impl=flex`` sends every softmax kind here on any device, but for decoding steps
+of fewer than ``MIN_QUERIES`` queries (the blocked kernel, as above): on CPU torch 2.13
 computes FlexAttention's forward pass only (no backward), which is how the tests check
 it against the explicit reference. FlexAttention has no dropout; with ``attn_dropout``
 > 0 the blocked kernels are used.
@@ -48,18 +49,27 @@ def available() -> bool:
 
 @functools.cache
 def _kernel(device_type: str) -> Any:
-    """flex_attention, compiled on CUDA (the fused kernel); eager elsewhere (CPU inference)."""
+    """flex_attention, compiled on CUDA (the fused kernel); eager elsewhere (CPU inference).
+
+    Static shapes at first, dynamic from the first new (B, T) on (``dynamic=None``), so
+    bucketed batches do not each compile again until Dynamo's recompile limit sends
+    every call to the eager, unfused flex_attention."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    return torch.compile(flex_attention, dynamic=False) if device_type == "cuda" else flex_attention
+    return torch.compile(flex_attention) if device_type == "cuda" else flex_attention
 
 
-def uses_flex(kind: AttentionKind, impl: str, q: Tensor, dropout_p: float) -> bool:
-    """Whether ``MultiHeadAttention`` computes this kind through FlexAttention."""
+def uses_flex(
+    kind: AttentionKind, impl: str, q: Tensor, dropout_p: float, decoding: bool = False
+) -> bool:
+    """Whether ``MultiHeadAttention`` computes this kind through FlexAttention.
+
+    ``decoding``: the queries follow cached keys; fewer than ``MIN_QUERIES`` of them take
+    the blocked kernel with either impl (a new block mask per step costs more)."""
     if kind.pattern is None or not available():
         return False
-    if impl == "flex":
-        return True
+    if impl == "flex":  # FlexAttention has no dropout: attention dropout takes the blocked kernel
+        return dropout_p == 0.0 and (not decoding or q.size(2) >= MIN_QUERIES)
     from attnlab.nn.attention_kinds import FullAttention
 
     sparse = not isinstance(kind, FullAttention)  # full attention keeps SDPA's flash kernel
@@ -93,14 +103,17 @@ def block_mask(
 
 def flex_attend(
     kind: AttentionKind, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None,
-    q_offset: int = 0,
+    q_offset: int = 0, mask: Any = None,
 ) -> Tensor:  # fmt: skip
     """softmax(QKᵀ/√d + M)V with M = ``kind.pattern()`` and padding, (B, H, T_q, d).
 
-    A query that sees no key gets a zero output, as in the other paths.
+    A query that sees no key gets a zero output, as in the other paths. ``mask``: the
+    BlockMask of ``block_mask()`` when the caller shares one among layers (built here
+    otherwise).
     """
     if q.device.type != "cuda" and torch.is_grad_enabled() and q.requires_grad:
         raise ConfigError(CPU_BACKWARD)
-    mask = block_mask(kind, q.size(2), k.size(2), q_offset, key_real, q.device)
+    if mask is None:
+        mask = block_mask(kind, q.size(2), k.size(2), q_offset, key_real, q.device)
     out = _kernel(q.device.type)(q, k, v, block_mask=mask)
     return out.to(q.dtype)

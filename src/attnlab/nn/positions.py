@@ -305,7 +305,13 @@ class XLRelativePositions(Positions):
         q_pos = q_pos if q_pos.dim() == 2 else q_pos.unsqueeze(0)  # (B|1, Tq)
         k_pos = k_pos if k_pos.dim() == 2 else k_pos.unsqueeze(0)
         distance = q_pos.unsqueeze(-1) - k_pos.unsqueeze(-2)  # i − j, (B|1, Tq, Tk)
-        low, high = int(distance.min()), int(distance.max())
+        if torch.compiler.is_compiling() and self.training:
+            # no host read (a graph break per layer): training feeds 0…T−1 (or the ViT's
+            # consecutive patch indices) to both sides, whose distances are exactly these;
+            # decoding's (cached, left-padded) positions keep the bounds read below
+            low, high = -(k_pos.size(-1) - 1), k_pos.size(-1) - 1
+        else:
+            low, high = int(distance.min()), int(distance.max())
         offsets = torch.arange(low, high + 1, device=q.device)
         rel = self.r_proj(self.encoding(offsets).to(q.dtype))  # W_R R for each distance
         rel = rel.view(-1, H, d_head).transpose(0, 1)  # (H, n_distances, d_head)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
@@ -41,6 +42,12 @@ class ClassificationTask(Task):
         for stage in ("val", "test"):
             setattr(self, f"{stage}_loss", MeanMetric())
             setattr(self, f"{stage}_acc", MulticlassAccuracy(n, average="micro"))
+
+    def setup(self, stage: str) -> None:
+        first = self.model_cfg.compile and not getattr(self, "_compiled", False)
+        super().setup(stage)
+        if first:  # forward() calls pooled, not the model's compiled __call__
+            self.model.pooled = torch.compile(self.model.pooled)  # type: ignore[method-assign]
 
     def forward(self, inputs: Tensor) -> Tensor:
         return self.head(self.model.pooled(inputs))  # (B, num_classes)
