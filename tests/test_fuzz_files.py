@@ -216,6 +216,7 @@ def test_a_damaged_file_is_named_in_one_error_or_read_correctly(
 # shrunk examples the fuzzer found, kept as regression cases: (kind, edits)
 FOUND = [
     ("text", [("truncate", 1, 0)]),  # one byte left: the error named no file, said "< 0"
+    ("tsv", [("truncate", 24, 0)]),  # one row: an empty validation split, RuntimeError
 ]
 
 

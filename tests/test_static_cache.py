@@ -264,10 +264,16 @@ def test_static_cache_continues_left_padded_prompts_as_if_alone(pos: str) -> Non
 
 
 @pytest.mark.parametrize("name", ["decoder_only", "encoder_decoder"])
-def test_a_later_generation_reuses_the_static_buffers_and_generates_the_same(name: str) -> None:
+def test_a_later_generation_reuses_the_static_buffers_and_generates_the_same(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A new generation of the same shapes (the next validation batch, the next prompt)
     writes into the buffers of the last instead of new ones, so a compiled step and its
-    CUDA graph keep their addresses; its tokens are those of a fresh cache."""
+    CUDA graph keep their addresses; its tokens are those of a fresh cache. (Pooled on
+    CUDA; here on the CPU for the test.)"""
+    from attnlab.models import transformer
+
+    monkeypatch.setattr(transformer, "POOLED_ON", {"cpu", "cuda"})
     model = make(name, max_len=64)
     inputs = sources() if name == "encoder_decoder" else left_padded_prompts()
     config = DecodeConfig(max_new_tokens=12, cache="static", compile=False)

@@ -198,6 +198,13 @@ class ClassificationDataModule(CachedDataModule):
         if "val" not in examples:
             texts, labels = examples["train"]
             train_idx, val_idx = evenly_spaced_split(len(texts), self.val_fraction)
+            if not train_idx or not val_idx:
+                source = self._sources.get("train") if not self.hf else self.hf.get("name")
+                raise DataError(
+                    f"data.val_fraction: {source} has {len(texts)} labelled rows, too few to "
+                    f"hold out {self.val_fraction:g} of them for validation and train on the "
+                    "rest; add rows or give a validation file (data.files.val=…)"
+                )
             examples["train"] = ([texts[i] for i in train_idx], [labels[i] for i in train_idx])
             examples["val"] = ([texts[i] for i in val_idx], [labels[i] for i in val_idx])
         return examples
