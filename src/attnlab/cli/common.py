@@ -129,17 +129,12 @@ def hydra_errors(folder: str | Path | None = None) -> Iterator[None]:
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         yield
-    except OSError as exc:
-        message = disk_error(exc, folder)
-        if message is not None:
-            fail(message)
-        if asked:
-            raise
-        traceback.print_exc()
-        raise SystemExit(1) from None
     except Exception as exc:
         from hydra.errors import CompactHydraException
 
+        message = disk_error(exc, folder) if isinstance(exc, OSError) else None
+        if message is not None:
+            fail(message)
         if asked:
             raise
         if isinstance(exc, CompactHydraException):  # Hydra's own short report

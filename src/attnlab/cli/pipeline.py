@@ -98,14 +98,20 @@ def local_rank() -> int:
     return 0
 
 
+def strategy_name(trainer: Any) -> str:
+    """``trainer.strategy`` as a lower-case name: its ``_target_`` when it is a mapping."""
+    strategy = trainer.get("strategy") if trainer is not None else None
+    if OmegaConf.is_dict(strategy) or isinstance(strategy, dict):
+        return str(strategy.get("_target_", "")).lower()
+    return str(strategy or "").lower()
+
+
 def shards(trainer: Any) -> int:
     """Over how many processes a sharded strategy (FSDP, DeepSpeed) splits the training
     state; 1 for the others, which keep a whole copy on each."""
     import torch
 
-    strategy = trainer.get("strategy") if trainer is not None else None
-    name = str(strategy.get("_target_", "") if OmegaConf.is_dict(strategy) or isinstance(
-        strategy, dict) else strategy or "").lower()  # fmt: skip
+    name = strategy_name(trainer)
     if "fsdp" not in name and "deepspeed" not in name:
         return 1
     devices = trainer.get("devices", 1)
@@ -203,12 +209,10 @@ def build_task(cfg: DictConfig, datamodule: AttnlabDataModule) -> Task:
 def data_parallel(trainer: Any) -> bool:
     """Whether the strategy is DDP that expects every parameter to get a gradient
     (``find_unused_parameters=False``, Lightning's default for ``ddp``)."""
-    strategy = trainer.get("strategy") if trainer is not None else None
-    if OmegaConf.is_dict(strategy) or isinstance(strategy, dict):
-        target = str(strategy.get("_target_", ""))
-        return target.endswith("DDPStrategy") and not strategy.get("find_unused_parameters")
-    return str(strategy or "").startswith("ddp") and "find_unused_parameters_true" not in str(
-        strategy)  # fmt: skip
+    name = strategy_name(trainer)
+    if name.endswith("ddpstrategy"):
+        return not trainer.strategy.get("find_unused_parameters")
+    return name.startswith("ddp") and "find_unused_parameters_true" not in name
 
 
 def freeze_unreached(task: Task) -> list[str]:
@@ -228,10 +232,11 @@ def freeze_unreached(task: Task) -> list[str]:
     with torch.random.fork_rng(), torch.enable_grad():
         out = task(example).float().sum()
         grads = torch.autograd.grad(out, [p for _, p in params], allow_unused=True)
-    frozen = [n for (n, p), g in zip(params, grads, strict=True) if g is None]
-    for name, param in params:
-        if name in frozen:
+    frozen = []
+    for (name, param), grad in zip(params, grads, strict=True):
+        if grad is None:
             param.requires_grad_(False)
+            frozen.append(name)
     return frozen
 
 
@@ -244,10 +249,10 @@ def check_positions(task: Task, datamodule: AttnlabDataModule) -> None:
     """
     import torch
 
-    from attnlab.nn.positions import POSITIONS
+    from attnlab.models.generation import has_position_table
 
     cfg = task.model_cfg
-    if not type(task.model).attention_heads or not POSITIONS.get(cfg.pos).max_len_bound:
+    if not has_position_table(task.model):
         return  # no positions (model=rnn), or no table to run past
     longest = datamodule.longest()
     if not longest:

@@ -97,13 +97,18 @@ def generate(
     return torch.stack(out, dim=1) if out else inputs.new_full((B, 1), PAD)
 
 
+def has_position_table(model: Architecture) -> bool:
+    """Whether the model's positions come from a table of ``model.max_len`` rows."""
+    from attnlab.nn.positions import POSITIONS
+
+    return type(model).attention_heads and POSITIONS.get(model.cfg.pos).max_len_bound
+
+
 def position_room(model: Architecture, inputs: Tensor) -> int | None:
     """How many new tokens a position table (``model.pos=learned``) leaves after the
     inputs — BOS for a model that encodes a source, else the prompt; None: no table."""
-    from attnlab.nn.positions import POSITIONS
-
     cfg = model.cfg
-    if not type(model).attention_heads or not POSITIONS.get(cfg.pos).max_len_bound:
+    if not has_position_table(model):
         return None
     used = 1 if model.feeding.prompt_layout(model.task) == "source" else inputs.size(1)
     return cfg.max_len - used
