@@ -10,8 +10,8 @@ and with the static cache and the compiled step built four ways, each adding one
 2. ``cpp_wrapper``: inductor's C++ wrapper calls the kernels;
 3. ``skip_guards``: after a generation's first step only the guards that tell compiled
    graphs apart run (``FastSteps.step``);
-4. ``one_row_matmuls``: + the post-grad pass of ``attnlab.models.row_matmuls``: attnlab's
-   own ``compiled``, what ``decode.compile=true`` does today.
+4. ``one_row_matmuls``: + the post-grad pass of ``attnlab.inference.row_matmuls``: attnlab's
+   own ``Runtime.compiled``, what ``decode.compile=true`` does.
 
 Every build decodes in turns with the others (A B C, C B A, …); the medians, per-token
 times and uncached / build ratios are printed, and every output is checked to be the
@@ -29,16 +29,16 @@ from typing import Any
 import torch
 
 from attnlab.bench.contenders import SIZES, our_decoder_only, random_tokens
-from attnlab.models import transformer
-from attnlab.models.generation import DecodeConfig, generate
+from attnlab.inference import decoding
+from attnlab.inference.generation import DecodeConfig, generate
 
 NEW, PROMPT = 256, 16
 
 
-def every_guard(self: transformer.FastSteps, step: Any, cache: Any) -> Any:
+def every_guard(self: decoding.FastSteps, step: Any, device: torch.device) -> Any:
     """``FastSteps.step`` checking every guard at every step (before ``skip_guards``)."""
-    if self.compile and isinstance(cache, transformer.StaticCache):
-        return transformer.compiled(step, cache.slot.device)
+    if self.compile and self.static:
+        return self.runtime.compiled(step, device)
     return step
 
 
@@ -52,13 +52,13 @@ def main() -> None:
     size = SIZES["baby"]
     model = our_decoder_only(size, max_len=PROMPT + NEW).eval()
     prompt = random_tokens(replace(size, batch=1), PROMPT, torch.device("cpu"))
-    step = transformer._prompt_step
+    step = decoding._prompt_step
     cpp = {"cpp_wrapper": True}
     builds: dict[str, tuple[Any, Any]] = {  # compiled step, FastSteps.step
         "python_wrapper": (torch.compile(step), every_guard),
         "cpp_wrapper": (torch.compile(step, options=cpp), every_guard),
-        "skip_guards": (torch.compile(step, options=cpp), transformer.FastSteps.step),
-        "one_row_matmuls": (transformer.compiled, transformer.FastSteps.step),  # attnlab's own
+        "skip_guards": (torch.compile(step, options=cpp), decoding.FastSteps.step),
+        "one_row_matmuls": (decoding.Runtime.compiled, decoding.FastSteps.step),  # attnlab's
     }
     outputs: dict[str, torch.Tensor] = {}
 
@@ -68,15 +68,15 @@ def main() -> None:
             outputs[name] = generate(model, prompt, config, eos_id=None)
             return
         compiled, fast_step = builds[name]
-        saved = transformer.compiled, transformer.FastSteps.step
-        if compiled is not transformer.compiled:
-            transformer.compiled = lambda step, device: compiled  # type: ignore[assignment]
-        transformer.FastSteps.step = fast_step  # type: ignore[method-assign]
+        saved = decoding.Runtime.compiled, decoding.FastSteps.step
+        if compiled is not decoding.Runtime.compiled:
+            decoding.Runtime.compiled = lambda self, step, device: compiled  # type: ignore[method-assign]
+        decoding.FastSteps.step = fast_step  # type: ignore[method-assign]
         try:
             config = DecodeConfig(max_new_tokens=NEW, compile=True)
             outputs[name] = generate(model, prompt, config, eos_id=None)
         finally:
-            transformer.compiled, transformer.FastSteps.step = saved  # type: ignore[method-assign]
+            decoding.Runtime.compiled, decoding.FastSteps.step = saved  # type: ignore[method-assign]
 
     names = ["uncached", *builds]
     for name in names:  # compilation and warm-up, untimed

@@ -15,8 +15,8 @@ import time
 
 import torch
 
+from attnlab.inference.generation import DecodeConfig, generate
 from attnlab.models import ModelConfig, build_model
-from attnlab.models.generation import DecodeConfig, generate
 
 
 def main() -> None:

@@ -51,7 +51,7 @@ def test_each_architecture_file_holds_only_what_differs_from_the_base() -> None:
 
 def test_models_and_nn_import_neither_lightning_nor_hydra() -> None:
     code = (
-        "import sys, attnlab.models, attnlab.nn.attention, attnlab.models.generation\n"
+        "import sys, attnlab.models, attnlab.nn.attention, attnlab.inference.generation\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
         "('lightning', 'pytorch_lightning', 'hydra', 'omegaconf', 'torchmetrics'))\n"
         "print(bad)"
@@ -64,7 +64,7 @@ def test_no_model_class_is_checked_outside_models() -> None:
     names = "|".join(cls.__name__ for _, cls in ARCHITECTURES.items())
     out = subprocess.run(
         ["grep", "-rnE", rf"isinstance\([^)]*({names}|TransformerModel|Architecture)",
-         "src/attnlab/tasks", "src/attnlab/models/generation.py", "src/attnlab/generate.py",
+         "src/attnlab/tasks", "src/attnlab/inference", "src/attnlab/generate.py",
          "src/attnlab/callbacks", "src/attnlab/bench", "src/attnlab/cli"],
         cwd=REPO, capture_output=True, text=True,
     )  # fmt: skip

@@ -14,8 +14,10 @@ import pytest
 import torch
 
 from attnlab.errors import ConfigError
+from attnlab.inference import start_decoding
 from attnlab.models import ModelConfig, build_model
 from attnlab.models.flops import transformer_flops
+from attnlab.nn import kernels
 from attnlab.nn.attention import AttentionInputs, MultiHeadAttention
 from attnlab.nn.feedforward import FEEDFORWARDS, gelu_tanh
 from attnlab.nn.layers import ParallelLayer
@@ -90,7 +92,7 @@ def test_grouped_attention_reads_kv_heads_without_copying_them(
     def no_repeat(*args: object) -> None:
         raise AssertionError("K/V heads repeated")
 
-    monkeypatch.setattr(fused, "_repeat_kv", no_repeat)
+    monkeypatch.setattr(kernels, "repeat_kv", no_repeat)
     torch.testing.assert_close(fused(x, inputs, memory=memory), expected)
 
 
@@ -99,11 +101,11 @@ def test_the_kv_cache_keeps_only_the_kv_heads(n_kv_heads: int) -> None:
     full, grouped = make("decoder_only"), make("decoder_only", n_kv_heads=n_kv_heads)
     sizes = {}
     for name, model in (("mha", full), ("gqa", grouped)):
-        state = model.start_decoding(left_padded_prompts(), use_cache=True)
+        state = start_decoding(model, left_padded_prompts(), use_cache=True)
         state.logits()
-        cache = state.cache.layers[0]
-        sizes[name] = cache["k"].numel() + cache["v"].numel()
-        assert cache["k"].size(1) == (n_kv_heads if name == "gqa" else 4)
+        cache = state.cache.layers[0].self_attn.past
+        sizes[name] = cache.k.numel() + cache.v.numel()
+        assert cache.k.size(1) == (n_kv_heads if name == "gqa" else 4)
     assert sizes["gqa"] * 4 == sizes["mha"] * n_kv_heads  # the cache shrinks by H / H_kv
 
 

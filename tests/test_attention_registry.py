@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from attnlab.errors import ConfigError
+from attnlab.inference import start_decoding
 from attnlab.models import ModelConfig, build_model
 from attnlab.nn.attention_kinds import ATTENTION_KINDS
 from composed_runs import train_fast
@@ -87,22 +88,27 @@ def test_cached_decoding_equals_recomputation(name: str, attention: str) -> None
 
 def test_a_sliding_window_cache_keeps_only_the_window() -> None:
     model = make("decoder_only", "sliding_window", window=4)
-    state = model.start_decoding(tokens(2, 3), use_cache=True)
+    state = start_decoding(model, tokens(2, 3), use_cache=True)
     for _ in range(12):
         state.append(state.logits().argmax(-1))
-    layer = state.cache.layers[0]
-    assert layer["k"].size(2) == layer["v"].size(2) == 4  # not 3 + 12
+    layer = state.cache.layers[0].self_attn.past
+    assert layer.k.size(2) == layer.v.size(2) == 4  # not 3 + 12
 
 
 def test_linear_attention_decodes_with_a_constant_state() -> None:
     model = make("decoder_only", "linear")
-    state = model.start_decoding(tokens(2, 3), use_cache=True)
+    state = start_decoding(model, tokens(2, 3), use_cache=True)
     state.append(state.logits().argmax(-1))
-    sizes = {k: v.shape for k, v in state.cache.layers[0].items()}
+
+    def kept() -> dict[str, torch.Size]:  # the running sums are all the cache holds
+        cache = state.cache.layers[0].self_attn
+        return {name: t.shape for name, t in zip("SZ", cache.state, strict=True)}
+
+    sizes = kept()
     for _ in range(5):
         state.append(state.logits().argmax(-1))
     assert (
-        set(sizes) == {"S", "Z"} and {k: v.shape for k, v in state.cache.layers[0].items()} == sizes
+        set(sizes) == {"S", "Z"} and kept() == sizes
     )
 
 

@@ -10,14 +10,15 @@ import pytest
 import torch
 
 from attnlab.data.base import BOS, EOS, MASK, PAD
-from attnlab.models import ModelConfig, build_model
-from attnlab.models.generation import (
+from attnlab.inference import start_decoding
+from attnlab.inference.generation import (
     NEVER_GENERATED,
     DecodeConfig,
     filter_logits,
     generate,
     gnmt_length_penalty,
 )
+from attnlab.models import ModelConfig, build_model
 from attnlab.nn.positions import sequence_positions
 
 VOCAB = 16
@@ -54,7 +55,7 @@ def step_logits(
     model: torch.nn.Module, inputs: torch.Tensor, use_cache: bool, forced: torch.Tensor = FORCED
 ) -> torch.Tensor:
     """Next-token logits before and after each teacher-forced token, (B, 6, vocab)."""
-    stepper = model.start_decoding(inputs, use_cache)
+    stepper = start_decoding(model, inputs, use_cache)
     logits = [stepper.logits()]
     for token in forced.T:
         stepper.append(token)
@@ -242,33 +243,32 @@ def test_generation_never_emits_pad_bos_or_mask() -> None:
 
 
 def test_cache_appends_in_place_and_grows_past_its_buffer() -> None:
-    from attnlab.nn.attention import append_to_cache
+    from attnlab.inference.caches import DynamicKV
 
     generator = torch.Generator().manual_seed(0)
     steps = [torch.randn(2, 3, n, 4, generator=generator) for n in (5, *[1] * 150, 7)]
-    cache: dict[str, torch.Tensor] = {}
+    cache = DynamicKV()
     for i, new in enumerate(steps):
-        k, v = append_to_cache(cache, new, -new)
+        k, v = cache.update(new, -new)[:2]
         expected = torch.cat(steps[: i + 1], dim=2)
         assert torch.equal(k, expected) and torch.equal(v, -expected)
-    buffer = cache["k_buffer"]
-    assert buffer.size(2) >= 162 and cache["k"].data_ptr() == buffer.data_ptr()  # a view
+    buffer = cache.buffers[0]
+    assert buffer.size(2) >= 162 and cache.past.k.data_ptr() == buffer.data_ptr()  # a view
 
 
 def test_reordered_cache_keeps_appending_to_the_selected_rows() -> None:
-    from attnlab.models.stack import DecodingCache
-    from attnlab.nn.attention import append_to_cache
+    from attnlab.inference.caches import DecodingCache, DynamicKV, LayerCaches
 
     generator = torch.Generator().manual_seed(0)
-    cache = DecodingCache(1)
-    layer = cache.layers[0]
+    cache = DecodingCache([LayerCaches(DynamicKV())])
+    layer = cache.layers[0].self_attn
     history = [torch.randn(3, 2, n, 4, generator=generator) for n in (4, 1, 1)]
     for new in history:
-        append_to_cache(layer, new, new)
+        layer.update(new, new)
     index = torch.tensor([2, 2, 0, 1])  # beam search may repeat and drop rows
     cache.reorder(index)
     new = torch.randn(4, 2, 1, 4, generator=generator)
-    k, _ = append_to_cache(layer, new, new)
+    k = layer.update(new, new).k
     expected = torch.cat([torch.cat(history, dim=2).index_select(0, index), new], dim=2)
     assert torch.equal(k, expected)
 

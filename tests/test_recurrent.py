@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from attnlab.errors import ConfigError
+from attnlab.inference import start_decoding
+from attnlab.inference.generation import DecodeConfig, generate
 from attnlab.models import ModelConfig, RecurrentModel, build_model
-from attnlab.models.generation import DecodeConfig, generate
 from attnlab.nn.recurrent import BahdanauAttention, LuongAttention, RecurrentStack, attend
 from attnlab.special_tokens import BOS, PAD
 from composed_runs import compose_run, train_fast
@@ -53,7 +54,7 @@ def step_logits(
     model: RecurrentModel, inputs: torch.Tensor, use_cache: bool, forced: torch.Tensor = FORCED
 ) -> torch.Tensor:
     """Next-token logits before and after each teacher-forced token, (B, 6, vocab)."""
-    stepper = model.start_decoding(inputs, use_cache)
+    stepper = start_decoding(model, inputs, use_cache)
     logits = [stepper.logits()]
     for token in forced.T:
         stepper.append(token)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import profile
 
-from attnlab.models.row_matmuls import OneRowMatmuls
+from attnlab.inference.row_matmuls import OneRowMatmuls
 
 
 def block(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,

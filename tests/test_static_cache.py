@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from attnlab.errors import ConfigError
-from attnlab.models.generation import DecodeConfig, generate
-from attnlab.models.stack import DecodingCache, StaticCache
+from attnlab.inference import decoding, start_decoding
+from attnlab.inference.caches import DecodingCache, StaticCache
+from attnlab.inference.generation import DecodeConfig, generate
 from attnlab.nn.positions import sequence_positions
 from test_generation import (
     CACHE_CASES,
@@ -25,7 +26,7 @@ from test_generation import (
 
 def static_step_logits(model: torch.nn.Module, inputs: torch.Tensor) -> torch.Tensor:
     """``step_logits`` with a static cache reserved for the forced tokens."""
-    stepper = model.start_decoding(inputs, True)
+    stepper = start_decoding(model, inputs, True)
     stepper.reserve(FORCED.size(1), compile=False)
     logits = [stepper.logits()]
     assert isinstance(stepper.cache, StaticCache)
@@ -89,7 +90,7 @@ def test_static_cache_generates_what_the_dynamic_cache_and_no_cache_generate(
 
 def test_static_cache_writes_in_place_into_buffers_of_fixed_capacity() -> None:
     model = make("decoder_only", max_len=64)
-    stepper = model.start_decoding(left_padded_prompts(), True)
+    stepper = start_decoding(model, left_padded_prompts(), True)
     stepper.reserve(10, compile=False)
     stepper.logits()
     cache = stepper.cache
@@ -106,17 +107,18 @@ def test_static_cache_writes_in_place_into_buffers_of_fixed_capacity() -> None:
 
 def test_a_reordered_static_cache_keeps_its_buffers_and_selects_rows() -> None:
     model = make("decoder_only", max_len=64)
-    stepper = model.start_decoding(left_padded_prompts(), True)
+    stepper = start_decoding(model, left_padded_prompts(), True)
     stepper.reserve(4, compile=False)
     with torch.no_grad():
         stepper.logits()
     cache = stepper.cache
-    before = cache.layers[0].k_buffer.clone()
-    address = cache.layers[0].k_buffer.data_ptr()
+    layer = cache.layers[0].self_attn
+    before = layer.k_buffer.clone()
+    address = layer.k_buffer.data_ptr()
     index = torch.tensor([2, 2, 0])
     stepper.select(index)
-    assert cache.layers[0].k_buffer.data_ptr() == address
-    assert torch.equal(cache.layers[0].k_buffer, before.index_select(0, index))
+    assert layer.k_buffer.data_ptr() == address
+    assert torch.equal(layer.k_buffer, before.index_select(0, index))
 
 
 @pytest.mark.parametrize(
@@ -130,7 +132,7 @@ def test_static_cache_falls_back_to_the_dynamic_cache_where_it_cannot_serve(
     overrides: dict, why: str
 ) -> None:
     model = make("decoder_only", **overrides)
-    stepper = model.start_decoding(left_padded_prompts(), True)
+    stepper = start_decoding(model, left_padded_prompts(), True)
     stepper.reserve(20, compile=False)  # 6 + 20 slots
     with torch.no_grad():
         stepper.logits()
@@ -155,9 +157,7 @@ def test_by_default_and_on_auto_a_cpu_decodes_eagerly_with_the_dynamic_cache(
 ) -> None:
     model = make("decoder_only", max_len=64)
     seen: list[tuple[int, bool]] = []
-    from attnlab.models import transformer
-
-    monkeypatch.setattr(transformer.FastSteps, "plan", lambda self, n, c: seen.append((n, c)))
+    monkeypatch.setattr(decoding.FastSteps, "plan", lambda self, n, c: seen.append((n, c)))
     generate(model, left_padded_prompts(), DecodeConfig(max_new_tokens=4))
     generate(model, left_padded_prompts(), DecodeConfig(max_new_tokens=4, compile="auto"))
     assert seen == []  # not compiled on a CPU, so not static
@@ -236,7 +236,7 @@ def test_the_compiled_step_generates_todays_tokens_for_every_strategy(
 def test_gpt2_weights_map_onto_hugging_face_and_generate_the_same_tokens() -> None:
     pytest.importorskip("transformers")
     from attnlab.bench.contenders import SIZES, gpt2_state_dict, hf_gpt2, our_decoder_only
-    from attnlab.models.generation import NEVER_GENERATED
+    from attnlab.inference.generation import NEVER_GENERATED
     from attnlab.special_tokens import PAD
 
     size = SIZES["tiny"]
@@ -271,16 +271,14 @@ def test_a_later_generation_reuses_the_static_buffers_and_generates_the_same(
     writes into the buffers of the last instead of new ones, so a compiled step and its
     CUDA graph keep their addresses; its tokens are those of a fresh cache. (Pooled on
     CUDA; here on the CPU for the test.)"""
-    from attnlab.models import transformer
-
-    monkeypatch.setattr(transformer, "POOLED_ON", {"cpu", "cuda"})
+    monkeypatch.setattr(decoding, "POOLED_ON", {"cpu", "cuda"})
     model = make(name, max_len=64)
     inputs = sources() if name == "encoder_decoder" else left_padded_prompts()
     config = DecodeConfig(max_new_tokens=12, cache="static", compile=False)
     other = torch.flip(inputs, dims=[0])  # other prompts, the same shapes
 
     def buffers() -> list[int]:
-        (cache,) = (c for c in model.decoder.__dict__["_static_caches"].values())
+        (cache,) = decoding.runtime_of(model).static_caches.values()
         return [t.data_ptr() for t in cache.tensors()]
 
     first = generate(model, inputs, config)

@@ -158,7 +158,7 @@ def batch_inputs(model: Any, task: str, prompts: list[list[int]], device: str) -
 
 def check_length(model: Any, task: str, inputs: Any, decode: Any, explicit: bool) -> None:
     """Learned position tables end at model.max_len: keep prompt + output inside it."""
-    from attnlab.models.generation import position_room
+    from attnlab.inference.generation import position_room
 
     cfg = model.cfg
     room = position_room(model, inputs)
@@ -253,7 +253,7 @@ def complete(
     model: Any, task: str, prompts: list[list[int]], decode: Any, explicit: bool, generator: Any
 ) -> list[list[int]]:
     """Token ids to print per prompt: prompt + continuation (LM) or the output (seq2seq)."""
-    from attnlab.models.generation import generate
+    from attnlab.inference.generation import generate
     from attnlab.special_tokens import PAD
 
     device = next(model.parameters()).device

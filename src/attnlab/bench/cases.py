@@ -24,7 +24,7 @@ from attnlab.bench.contenders import (
     training_step,
 )
 from attnlab.bench.timing import Timing, interleave, matmul_share, synchronize
-from attnlab.models.generation import NEVER_GENERATED, DecodeConfig, generate
+from attnlab.inference.generation import NEVER_GENERATED, DecodeConfig, generate
 from attnlab.special_tokens import PAD
 
 RATIO_MEANING = {

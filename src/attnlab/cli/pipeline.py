@@ -249,7 +249,7 @@ def check_positions(task: Task, datamodule: AttnlabDataModule) -> None:
     """
     import torch
 
-    from attnlab.models.generation import has_position_table
+    from attnlab.inference.generation import has_position_table
 
     cfg = task.model_cfg
     if not has_position_table(task.model):

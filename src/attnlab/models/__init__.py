@@ -1,12 +1,11 @@
-"""The architectures (one interface, registered by name) and generation; no Lightning, no Hydra.
+"""The architectures (one interface, registered by name); no Lightning, no Hydra.
 
 Importing this package registers every architecture in ``ARCHITECTURES``.
 """
 
 from attnlab.models.config import ModelConfig
-from attnlab.models.interface import ARCHITECTURES, Architecture, DecodingState, Feeding
+from attnlab.models.interface import ARCHITECTURES, Architecture, Feeding
 from attnlab.models.recurrent import RecurrentModel
-from attnlab.models.stack import DecodingCache
 from attnlab.models.transformer import (
     DecoderOnly,
     EncoderDecoder,
@@ -20,8 +19,6 @@ __all__ = [
     "ARCHITECTURES",
     "Architecture",
     "DecoderOnly",
-    "DecodingCache",
-    "DecodingState",
     "EncoderDecoder",
     "EncoderOnly",
     "Feeding",

@@ -20,10 +20,11 @@ image_classification   input to one vector for the task's linear head
 =====================  ==================================================================
 
 Every architecture implements ``forward`` (logits), ``flops`` (for MFU and
-the bench) and, where its feeding says so, ``pooled`` (classification) and
-``start_decoding`` (generation: greedy, sampling and beam search drive the
-returned :class:`DecodingState` one token at a time, and reorder it for beams).
-Nothing here imports Lightning or Hydra.
+the bench) and, where its feeding says so, ``pooled`` (classification); one that
+generates names its family of decoding states in ``decoding`` and exposes the methods
+they call (:mod:`attnlab.inference.decoding`: greedy, sampling and beam search drive a
+state one token at a time and reorder it for beams). Nothing here imports Lightning,
+Hydra or the inference runtime.
 """
 
 from __future__ import annotations
@@ -96,29 +97,6 @@ class Feeding:
         return layout if task.endswith("classification") else None
 
 
-class DecodingState:
-    """One batch of generations in progress: rows can be repeated and reordered (beams).
-
-    ``logits()`` gives the next-token logits of every row given all tokens so far;
-    ``append`` adds one token per row; ``select`` keeps rows ``index`` (and reorders
-    any cache — attention keys/values, or a recurrent state — with them).
-    """
-
-    def logits(self) -> Tensor:
-        raise NotImplementedError
-
-    def append(self, token: Tensor) -> None:
-        raise NotImplementedError
-
-    def select(self, index: Tensor) -> None:
-        raise NotImplementedError
-
-    def reserve(self, max_new_tokens: int, compile: bool) -> None:
-        """Optional: at most ``max_new_tokens`` tokens will follow, so a cache may be
-        allocated once for them (a static cache) and, with ``compile``, its one-token step
-        compiled. The default keeps the state as it is."""
-
-
 class Architecture(nn.Module):
     """Base class of every architecture. Subclasses set ``feeding`` and build in ``__init__``.
 
@@ -131,6 +109,9 @@ class Architecture(nn.Module):
     takes_grid: ClassVar[bool] = False  # reads image patches: 2-D position schemes apply
     attention_heads: ClassVar[bool] = True  # n_heads, pos and the head-size rules apply
     causal_attention: ClassVar[bool] = False  # has causal self-attention (a decoder)
+    # the family of decoding states that generates with it (attnlab.inference.DECODINGS);
+    # None: it does not generate
+    decoding: ClassVar[str | None] = None
 
     def __init__(self, cfg: ModelConfig, task: str = "lm") -> None:
         super().__init__()
@@ -179,11 +160,6 @@ class Architecture(nn.Module):
     def pooled(self, inputs: Tensor) -> Tensor:
         """(B, …) inputs -> (B, d_model): one vector per example for classification."""
         raise ConfigError(f"model={self.cfg.name} {self.feeding.refusal(self.task)}")
-
-    def start_decoding(self, inputs: Tensor, use_cache: bool = True) -> DecodingState:
-        """Inputs laid out as ``feeding.prompt_layout(task)`` says -> a state to decode from."""
-        raise ConfigError(f"model={self.cfg.name} cannot generate: "
-                          f"{self.feeding.refusal(self.task)}")  # fmt: skip
 
     @classmethod
     def flops(cls, cfg: ModelConfig, src_len: int, tgt_len: int) -> int:

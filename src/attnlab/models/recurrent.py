@@ -26,7 +26,7 @@ from attnlab.errors import ConfigError
 from attnlab.models.config import ModelConfig
 from attnlab.models.flops import output_flops
 from attnlab.models.initialization import initialize
-from attnlab.models.interface import ARCHITECTURES, Architecture, DecodingState, Feeding
+from attnlab.models.interface import ARCHITECTURES, Architecture, Feeding
 from attnlab.models.transformer import mean_over_real
 from attnlab.nn.recurrent import (
     GATES,
@@ -39,7 +39,7 @@ from attnlab.nn.recurrent import (
     keep_state,
     select_state,
 )
-from attnlab.special_tokens import BOS, PAD
+from attnlab.special_tokens import PAD
 
 
 class RecurrentEncoder(nn.Module):
@@ -196,6 +196,7 @@ class RecurrentModel(Architecture):
         pools=("last", "attention", "mean"),
     )
     attention_heads = False  # d_model need not divide into heads; positions are not used
+    decoding = "recurrent"  # attnlab.inference.recurrent
 
     def __init__(self, cfg: ModelConfig, task: str = "seq2seq") -> None:
         super().__init__(cfg, task)
@@ -299,13 +300,6 @@ class RecurrentModel(Architecture):
         _, new = self.rnn(self.embed(token[:, None]), state)
         return keep_state(new, state, token != PAD)
 
-    def start_decoding(self, inputs: Tensor, use_cache: bool = True) -> DecodingState:
-        if self.task == "seq2seq":
-            return RecurrentSourceDecoding(self, inputs, use_cache)
-        if self.task == "lm":
-            return RecurrentPromptDecoding(self, inputs, use_cache)
-        return super().start_decoding(inputs, use_cache)
-
     @classmethod
     def flops(cls, cfg: ModelConfig, src_len: int, tgt_len: int) -> int:
         """Matrix products only, multiply-add = 2; g = 4 (LSTM), 3 (GRU), 1 (RNN) gates.
@@ -341,62 +335,3 @@ class RecurrentModel(Architecture):
             keys = 0 if attention == "luong_dot" else src_len * 2 * d * d  # U h_j, W_a h̄_s
             decoder += keys + tgt_len * per_query
         return encoder + decoder + bridge + output_flops(cfg, tgt_len)
-
-
-class RecurrentSourceDecoding(DecodingState):
-    """Seq2seq generation: the source encoded once, the decoder fed from BOS. The cache is
-    the decoder state after the tokens fed so far; without it the decoder reruns the whole
-    target from s_0 at every step."""
-
-    def __init__(self, model: RecurrentModel, src: Tensor, use_cache: bool) -> None:
-        self.model, self.use_cache = model, use_cache
-        self.memory, self.start = model.encode(src)
-        self.state = self.start
-        self.tokens = torch.full((src.size(0), 1), BOS, device=src.device)
-        self.output: Tensor | None = None  # the decoder's output at the newest token
-        self._fed = 0
-
-    def logits(self) -> Tensor:
-        decoder = self.model.decoder
-        if not self.use_cache:
-            hidden, _ = decoder(self.model.embed(self.tokens), self.start, self.memory)
-            return self.model.output_logits(hidden[:, -1]).float()
-        if self._fed < self.tokens.size(1):
-            new = self.model.embed(self.tokens[:, self._fed :])
-            hidden, self.state = decoder(new, self.state, self.memory)
-            self.output, self._fed = hidden[:, -1], self.tokens.size(1)
-        return self.model.output_logits(self.output).float()
-
-    def append(self, token: Tensor) -> None:
-        self.tokens = torch.cat([self.tokens, token[:, None]], dim=1)
-
-    def select(self, index: Tensor) -> None:
-        self.tokens = self.tokens.index_select(0, index)
-        self.memory = self.memory.select(index)
-        self.start, self.state = self.start.select(index), self.state.select(index)
-        if self.output is not None:
-            self.output = self.output.index_select(0, index)
-
-
-class RecurrentPromptDecoding(DecodingState):
-    """The language model continuing a left-padded prompt; the cache is its state (the top
-    layer's h is the output at the newest token). Without it the prompt and every token
-    since are reread from the zero state at each step."""
-
-    def __init__(self, model: RecurrentModel, prompt: Tensor, use_cache: bool) -> None:
-        self.model, self.tokens = model, prompt
-        self.state = model.read_prompt(prompt) if use_cache else None
-
-    def logits(self) -> Tensor:
-        state = self.state if self.state is not None else self.model.read_prompt(self.tokens)
-        return self.model.output_logits(state[0][-1]).float()
-
-    def append(self, token: Tensor) -> None:
-        self.tokens = torch.cat([self.tokens, token[:, None]], dim=1)
-        if self.state is not None:
-            self.state = self.model.lm_step(token, self.state)
-
-    def select(self, index: Tensor) -> None:
-        self.tokens = self.tokens.index_select(0, index)
-        if self.state is not None:
-            self.state = select_state(self.state, index)

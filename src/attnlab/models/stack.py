@@ -1,7 +1,9 @@
-"""A stack of layers with its embeddings, positions, masks and decoding cache.
+"""A stack of layers with its embeddings, positions and masks.
 
 The three architectures differ only in which stacks they own and how they
-connect them; everything shared lives here.
+connect them; everything shared lives here. A decoding cache (``cache``, from
+:mod:`attnlab.inference.caches`) builds the attention inputs of the new tokens over
+what it holds and gives each layer its own caches.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from attnlab.models.config import ModelConfig
-from attnlab.nn.attention import AttentionInputs, StaticLayerCache
 from attnlab.nn.dropout import Dropout
+from attnlab.nn.kernels import AttentionInputs
 from attnlab.nn.layers import DecoderLayer, EncoderLayer, LayerSpec, ParallelLayer
 from attnlab.nn.norms import RESIDUALS, StackDepth, make_norm
 from attnlab.nn.positions import POSITIONS, Positions
@@ -36,177 +38,6 @@ class TokenEmbedding(nn.Module):
 
     def forward(self, tokens: Tensor) -> Tensor:
         return self.weight_table(tokens) * self.scale
-
-
-class DecodingCache:
-    """Keys/values of earlier steps for incremental decoding, one dict per layer.
-
-    Also remembers the positions and padding of every cached key, so masks and
-    relative position biases for new queries cover the whole history.
-    """
-
-    def __init__(self, n_layers: int) -> None:
-        self.layers: list[dict[str, Tensor]] = [{} for _ in range(n_layers)]
-        self.positions: Tensor | None = None  # (B|1, T_cached)
-        self.key_real: Tensor | None = None  # (B, T_cached) or None when no padding
-
-    @property
-    def length(self) -> int:
-        return 0 if self.positions is None else self.positions.size(-1)
-
-    def append(self, positions: Tensor, key_real: Tensor | None) -> tuple[Tensor, Tensor | None]:
-        """Record new tokens; return the positions and padding of all keys so far."""
-        positions = positions if positions.dim() == 2 else positions.unsqueeze(0)
-        n_old, n_new = self.length, positions.size(-1)
-        if self.positions is not None:
-            B = max(self.positions.size(0), positions.size(0))
-            positions = torch.cat([self.positions.expand(B, -1), positions.expand(B, -1)], -1)
-        if self.key_real is not None or (key_real is not None and n_old):
-            rows = (key_real if key_real is not None else self.key_real).size(0)
-            device = positions.device
-            old = self.key_real
-            if old is None:
-                old = torch.ones(rows, n_old, dtype=torch.bool, device=device)
-            new = key_real
-            if new is None:
-                new = torch.ones(rows, n_new, dtype=torch.bool, device=device)
-            key_real = torch.cat([old, new], dim=1)
-        self.positions, self.key_real = positions, key_real
-        return positions, key_real
-
-    def reorder(self, index: Tensor) -> None:
-        """Select batch rows (beam search keeps the surviving hypotheses)."""
-        for layer in self.layers:
-            for name, tensor in layer.items():
-                if name in ("k", "v") and f"{name}_buffer" in layer:
-                    continue  # a view of its buffer: re-taken below
-                layer[name] = tensor.index_select(0, index)
-            for name in ("k", "v"):
-                if f"{name}_buffer" in layer:
-                    layer[name] = layer[f"{name}_buffer"][:, :, : layer[name].size(2)]
-        if self.positions is not None and self.positions.size(0) > 1:
-            self.positions = self.positions.index_select(0, index)
-        if self.key_real is not None:
-            self.key_real = self.key_real.index_select(0, index)
-
-
-class StaticCache:
-    """A decoding cache allocated once for ``capacity`` tokens (gpt-fast's static KV cache).
-
-    Every self-attention layer writes its new keys/values into preallocated buffers
-    (:class:`~attnlab.nn.attention.StaticLayerCache`) at the slots after the last filled
-    one, and each new query attends over all ``capacity`` slots with the unfilled ones
-    masked, so a decoding step has the same shapes at every length: one compiled graph
-    serves the whole generation (and replays as a CUDA graph). ``slot`` counts the filled
-    slots on the device, so no step reads a Python integer that changes.
-
-    Built from a :class:`DecodingCache` that has read the prompt (``from_prompt``): the
-    prompt itself runs the dynamic path once, so its logits are those of today's cache.
-    """
-
-    def __init__(self, layers: list[StaticLayerCache], positions: Tensor, key_real: Tensor):
-        self.layers = layers
-        self.positions, self.key_real = positions, key_real  # (B, capacity): of each slot
-        self.slots = torch.arange(positions.size(1), device=positions.device)
-        self.slot = torch.zeros(1, dtype=torch.long, device=positions.device)
-
-    @property
-    def capacity(self) -> int:
-        return self.positions.size(1)
-
-    @classmethod
-    def from_prompt(
-        cls, cache: DecodingCache, capacity: int, reuse: StaticCache | None = None
-    ) -> StaticCache:
-        """The keys, values, positions and padding of ``cache`` in buffers of ``capacity``
-        slots (at least its length); cross-attention entries are kept as they are.
-
-        ``reuse``: a static cache of an earlier generation; when its buffers have the
-        shapes, dtypes and device this one needs, they are overwritten instead of new ones
-        allocated, so a compiled step (and its CUDA graph) keeps reading the same addresses
-        from one generation (one validation batch) to the next."""
-        assert cache.positions is not None, "the prompt has not been read"
-        if reuse is not None and reuse.fits(cache, capacity):
-            return reuse.refill(cache)
-        n = cache.length
-        B = cache.layers[0]["k"].size(0)
-        device = cache.positions.device
-        positions = torch.zeros(B, capacity, dtype=torch.long, device=device)
-        positions[:, :n] = cache.positions
-        key_real = torch.zeros(B, capacity, dtype=torch.bool, device=device)
-        key_real[:, :n] = True if cache.key_real is None else cache.key_real
-        layers = []
-        for layer in cache.layers:
-            k, v = layer["k"], layer["v"]
-            buffers = []
-            for filled in (k, v):
-                buffer = filled.new_zeros(B, filled.size(1), capacity, filled.size(3))
-                buffer[:, :, :n] = filled
-                buffers.append(buffer)
-            static = StaticLayerCache(*buffers)
-            static.update((name, t) for name, t in layer.items() if name.startswith("cross_"))
-            layers.append(static)
-        static_cache = cls(layers, positions, key_real)
-        static_cache.slot.fill_(n)
-        return static_cache
-
-    def fits(self, cache: DecodingCache, capacity: int) -> bool:
-        """Whether this cache's buffers can hold ``cache``'s prompt with ``capacity`` slots."""
-        if self.capacity != capacity or len(self.layers) != len(cache.layers):
-            return False
-        if self.positions.device != cache.positions.device:  # type: ignore[union-attr]
-            return False
-        return all(
-            static.k_buffer.shape[:2] == layer["k"].shape[:2]
-            and static.k_buffer.shape[3] == layer["k"].shape[3]
-            and static.k_buffer.dtype == layer["k"].dtype
-            and static.v_buffer.shape[3] == layer["v"].shape[3]
-            for static, layer in zip(self.layers, cache.layers, strict=True)
-        )
-
-    def refill(self, cache: DecodingCache) -> StaticCache:
-        """This cache, emptied and holding ``cache``'s prompt (``from_prompt`` in place)."""
-        n = cache.length
-        self.positions.zero_()
-        self.positions[:, :n] = cache.positions
-        self.key_real.zero_()
-        self.key_real[:, :n] = True if cache.key_real is None else cache.key_real
-        for static, layer in zip(self.layers, cache.layers, strict=True):
-            for buffer, filled in ((static.k_buffer, layer["k"]), (static.v_buffer, layer["v"])):
-                buffer.zero_()
-                buffer[:, :, :n] = filled
-            static.clear()
-            static.update((name, t) for name, t in layer.items() if name.startswith("cross_"))
-        self.slot.fill_(n)
-        return self
-
-    def tensors(self) -> list[Tensor]:
-        """Every buffer written in place (``torch._dynamo.mark_static_address`` for CUDA
-        graphs)."""
-        kv = [t for layer in self.layers for t in (layer.k_buffer, layer.v_buffer)]
-        return [*kv, self.positions, self.key_real, self.slot]
-
-    def record(self, index: Tensor, positions: Tensor, key_real: Tensor) -> None:
-        """Store the positions (B|1, T) and padding (B, T) of the new tokens in slots
-        ``index`` (T,)."""
-        self.positions[:, index] = positions.expand(self.positions.size(0), -1)
-        self.key_real[:, index] = key_real
-
-    def visible(self, index: Tensor, prefix_len: Tensor | None) -> Tensor:
-        """(B, 1, T, capacity): ``attention_mask`` over the slots, for queries at ``index``."""
-        slots = self.slots.view(1, 1, -1)
-        mask = slots <= index.view(1, -1, 1)
-        if prefix_len is not None:
-            mask = mask | (slots < prefix_len.view(-1, 1, 1))
-        mask = (mask & self.key_real.unsqueeze(1)) | (slots == index.view(1, -1, 1))
-        return mask.unsqueeze(1)
-
-    def reorder(self, index: Tensor) -> None:
-        """Select batch rows in place (beam search), the buffers keeping their addresses."""
-        for layer in self.layers:
-            layer.reorder(index)
-        for buffer in (self.positions, self.key_real):
-            buffer.copy_(buffer.index_select(0, index))
 
 
 def attention_mask(
@@ -307,7 +138,7 @@ class TransformerStack(nn.Module):
         key_real: Tensor | None = None,
         memory: Tensor | None = None,
         memory_real: Tensor | None = None,
-        cache: DecodingCache | None = None,
+        cache: Any = None,
         prefix_len: Tensor | None = None,
         embeds: Tensor | None = None,
     ) -> Tensor:
@@ -322,16 +153,14 @@ class TransformerStack(nn.Module):
         right-padded), causality already hides it from them, and not looking
         keeps the fused causal kernel and avoids a host sync. Left-padded input
         must pass ``key_real`` (generation does). With a cache, tokens are the
-        new ones only.
+        new ones only, and ``cache.layers[i]`` are layer i's caches.
         """
-        B, T = embeds.shape[:2] if embeds is not None else tokens.shape  # type: ignore[union-attr]
-        device = (embeds if embeds is not None else tokens).device  # type: ignore[union-attr]
-        if isinstance(cache, StaticCache):
-            positions, inputs = self._static_inputs(tokens, positions, key_real, cache, prefix_len)
+        if cache is None:
+            positions, inputs = self.attention_inputs(tokens, positions, key_real, prefix_len,
+                                                      embeds=embeds)  # fmt: skip
         else:
-            positions, inputs = self._inputs(
-                tokens, positions, key_real, cache, prefix_len, T, device
-            )
+            positions, inputs = cache.attention_inputs(self, tokens, positions, key_real,
+                                                       prefix_len)  # fmt: skip
 
         memory_inputs = None
         if memory is not None:
@@ -352,11 +181,17 @@ class TransformerStack(nn.Module):
                 x = layer(*args)
         return self.final_norm(x)
 
-    def _inputs(
+    def attention_inputs(
         self, tokens: Tensor | None, positions: Tensor | None, key_real: Tensor | None,
-        cache: DecodingCache | None, prefix_len: Tensor | None, T: int, device: torch.device,
+        prefix_len: Tensor | None, history: Any = None, embeds: Tensor | None = None,
     ) -> tuple[Tensor, AttentionInputs]:  # fmt: skip
-        """The positions of the new tokens and what every self-attention layer needs."""
+        """The positions of the new tokens and what every self-attention layer needs.
+
+        ``history``: a dynamic decoding cache, whose ``length`` keys come before the new
+        tokens and whose ``append`` records their positions and padding."""
+        B, T = embeds.shape[:2] if embeds is not None else tokens.shape  # type: ignore[union-attr]
+        device = (embeds if embeds is not None else tokens).device  # type: ignore[union-attr]
+        cache = history
         offset = cache.length if cache is not None else 0
         q_index = torch.arange(offset, offset + T, device=device)
         # compiled training reads no tensor on the host (each read is a graph break): explicit
@@ -396,46 +231,6 @@ class TransformerStack(nn.Module):
             if content
             else None,
             key_real=k_real,
-            q_offset=offset,
         )
 
         return positions, inputs
-
-    def _static_inputs(
-        self, tokens: Tensor | None, positions: Tensor | None, key_real: Tensor | None,
-        cache: StaticCache, prefix_len: Tensor | None,
-    ) -> tuple[Tensor, AttentionInputs]:  # fmt: skip
-        """``_inputs`` over a :class:`StaticCache`: the mask, biases and position terms cover
-        all its slots, and nothing depends on how many are filled (no host sync, no Python
-        integer that changes from step to step). The caller checked the positions once for
-        the whole capacity (``supports_static``)."""
-        assert tokens is not None, "a static cache decodes tokens"
-        if key_real is None:  # a finished row is fed padding: hidden as a key, as in _inputs
-            key_real = tokens != self.pad_id
-        index = cache.slot + torch.arange(tokens.size(1), device=tokens.device)
-        cache.slot.add_(tokens.size(1))  # the layers write at ``cache_index``, not at ``slot``
-        if positions is None:
-            positions = index
-        cache.record(index, positions.view(-1, index.size(0)), key_real)
-        content = self.positions.content_dependent
-        return positions, AttentionInputs(
-            mask=cache.visible(index, prefix_len),
-            bias=self.positions.bias(positions, cache.positions),
-            rope=self.positions.rotary(positions),
-            scores=partial(self.positions.scores, q_pos=positions, k_pos=cache.positions)
-            if content
-            else None,
-            cache_index=index,
-        )
-
-    def supports_static(self, capacity: int) -> bool:
-        """Whether a :class:`StaticCache` of ``capacity`` slots serves this stack: full
-        attention (the other kinds keep what they need of the past in their own way) and
-        positions that reach ``capacity - 1``."""
-        if self.sparse:
-            return False
-        try:
-            self.positions.check(torch.arange(capacity), last=capacity - 1)
-        except ValueError:
-            return False
-        return True

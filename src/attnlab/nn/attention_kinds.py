@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.errors import ConfigError
-from attnlab.nn.attention import math_attention
+from attnlab.nn.kernels import Keeps, math_attention
 from attnlab.registry import Registry
 
 
@@ -62,11 +62,13 @@ class AttentionKind(nn.Module):
 
     ``causal_ok``: the kind can be causal. ``cache_window``: a decoding cache needs only
     the last ``cache_window`` keys (None: all of them). ``has_params``: the kind owns
-    learned parameters (it is an ``nn.Module`` for that reason).
+    learned parameters (it is an ``nn.Module`` for that reason). ``sparse``: a pattern
+    that skips keys (full attention is not: it keeps SDPA's flash kernel on CUDA).
     """
 
     causal_ok = True
     has_params = False
+    sparse = True
     cache_window: int | None = None
     causal_error = "this attention kind cannot be causal"
 
@@ -81,6 +83,10 @@ class AttentionKind(nn.Module):
         q_offset: int = 0, dropout_p: float = 0.0,
     ) -> Tensor:  # fmt: skip
         raise NotImplementedError
+
+    def keeps(self) -> Keeps:
+        """What a decoding cache keeps for this kind: the last ``cache_window`` keys."""
+        return Keeps(window=self.cache_window)
 
     def mask(
         self, Tq: int, Tk: int, q_offset: int = 0, device: torch.device | None = None
@@ -270,6 +276,8 @@ def _dense_rows(
 @ATTENTION_KINDS.register("full")
 class FullAttention(AttentionKind):
     """softmax(QKᵀ/√d + M)V over every key (Vaswani et al. 2017, eq. 1): the baseline."""
+
+    sparse = False
 
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None,
@@ -513,7 +521,7 @@ class LinearAttention(AttentionKind):
     Causal (eq. 9–10): S_i = Σ_{j≤i} φ(K_j) V_jᵀ, Z_i = Σ_{j≤i} φ(K_j), V'_i = φ(Q_i)ᵀS_i /
     φ(Q_i)ᵀZ_i, computed in chunks of ``chunk`` queries: the quadratic masked form inside a
     chunk, S and Z of the earlier chunks across — exact, memory O(T·(chunk + d²/chunk)).
-    Decoding keeps only (S, Z): ``linear_state`` then ``attend_with_state``, O(d²) a step.
+    Decoding keeps only (S, Z) (``keeps``): ``attend_after`` the cached sums, O(d²) a step.
     φ of padded keys is zero. There are no attention weights, so ``dropout_p`` is unused.
     """
 
@@ -539,21 +547,34 @@ class LinearAttention(AttentionKind):
         queries = elu_feature_map(q)
         return queries @ S / _normaliser(queries @ Z.unsqueeze(-1))
 
+    def keeps(self) -> Keeps:
+        """A decoding cache keeps the sums (S, Z) in place of the keys (eq. 9–10)."""
+        return Keeps(running_state=self.linear_state)
+
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None,
         q_offset: int = 0, dropout_p: float = 0.0,
     ) -> Tensor:  # fmt: skip
         if not self.causal:
             return self.attend_with_state(q, *self.linear_state(k, v, key_real))
+        earlier = None if key_real is None else key_real[:, :q_offset]
+        state = self.linear_state(k[:, :, :q_offset], v[:, :, :q_offset], earlier)
+        later = None if key_real is None else key_real[:, q_offset:]
+        return self.attend_after(q, k[:, :, q_offset:], v[:, :, q_offset:], later, state)
+
+    def attend_after(
+        self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None,
+        state: tuple[Tensor, Tensor],
+    ) -> Tensor:  # fmt: skip
+        """Causal outputs of the queries of keys ``k`` (one per query, in order) after the
+        keys summed into ``state`` = (S, Z): chunks of ``chunk`` queries, the quadratic
+        masked form inside a chunk, S and Z of the earlier keys and chunks across."""
         B, H, Tq, d = q.shape
         C, n = self.chunk, -(-Tq // self.chunk)
         keys = self.phi_keys(k, key_real)
-        S, Z = (
-            keys[:, :, :q_offset].transpose(-2, -1) @ v[:, :, :q_offset],
-            keys[:, :, :q_offset].sum(-2),
-        )
+        S, Z = state
         qc = _windows(elu_feature_map(q), 0, C, C, n)  # (B, H, n, C, d)
-        kc, vc = _windows(keys, q_offset, C, C, n), _windows(v, q_offset, C, C, n)
+        kc, vc = _windows(keys, 0, C, C, n), _windows(v, 0, C, C, n)
         scores = (qc @ kc.transpose(-2, -1)).tril()  # (B, H, n, C, C): within the chunk
         chunk_S, chunk_Z = kc.transpose(-2, -1) @ vc, kc.sum(-2)  # (B, H, n, d, d_v), (B, H, n, d)
         S = S.unsqueeze(2) + F.pad(chunk_S.cumsum(2), (0, 0, 0, 0, 1, -1))  # earlier chunks

@@ -70,10 +70,9 @@ def uses_flex(
         return False
     if impl == "flex":  # FlexAttention has no dropout: attention dropout takes the blocked kernel
         return dropout_p == 0.0 and (not decoding or q.size(2) >= MIN_QUERIES)
-    from attnlab.nn.attention_kinds import FullAttention
-
-    sparse = not isinstance(kind, FullAttention)  # full attention keeps SDPA's flash kernel
-    return impl == "sdpa" and sparse and q.is_cuda and dropout_p == 0.0 and q.size(2) >= MIN_QUERIES
+    # full attention (not sparse) keeps SDPA's flash kernel
+    enough = q.size(2) >= MIN_QUERIES
+    return impl == "sdpa" and kind.sparse and q.is_cuda and dropout_p == 0.0 and enough
 
 
 def block_mask(

@@ -19,8 +19,12 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from attnlab.nn.attention import AttentionInputs, MultiHeadAttention
+from attnlab.nn.attention import MultiHeadAttention
+from attnlab.nn.attention_kinds import ATTENTION_KINDS
+from attnlab.nn.dropout import Dropout
 from attnlab.nn.feedforward import FEEDFORWARDS
+from attnlab.nn.kernels import AttentionInputs
+from attnlab.nn.normalization import make_norm
 from attnlab.nn.norms import RESIDUALS, StackDepth
 
 
@@ -51,8 +55,6 @@ class LayerSpec:
         """Self-attention with the stack's attention kind; cross-attention is always full."""
         kind = None
         if self.attention_kind != "full" and not cross:
-            from attnlab.nn.attention_kinds import ATTENTION_KINDS
-
             kind = ATTENTION_KINDS.get(self.attention_kind)(self.kind_spec)
         return MultiHeadAttention(
             self.d_model, self.n_heads, self.attn_dropout, self.attn_impl,
@@ -66,6 +68,8 @@ class LayerSpec:
 
 class EncoderLayer(nn.Module):
     """Bidirectional self-attention and a feed-forward network, each residual-wrapped."""
+
+    cross_attn = None
 
     def __init__(self, spec: LayerSpec) -> None:
         super().__init__()
@@ -93,14 +97,16 @@ class DecoderLayer(nn.Module):
         inputs: AttentionInputs,
         memory: Tensor | None = None,
         memory_inputs: AttentionInputs | None = None,
-        cache: dict[str, Tensor] | None = None,
+        cache: Any = None,
     ) -> Tensor:
-        x = self.attn_residual(x, lambda h: self.self_attn(h, inputs, cache=cache))
+        """``cache``: the layer's decoding caches (``self_attn``, ``cross_attn``), or None."""
+        own, cross = (None, None) if cache is None else (cache.self_attn, cache.cross_attn)
+        x = self.attn_residual(x, lambda h: self.self_attn(h, inputs, cache=own))
         if self.cross_attn is not None:
             assert memory is not None and memory_inputs is not None
             assert self.cross_residual is not None
             x = self.cross_residual(
-                x, lambda h: self.cross_attn(h, memory_inputs, memory=memory, cache=cache)
+                x, lambda h: self.cross_attn(h, memory_inputs, memory=memory, cache=cross)
             )
         return self.ffn_residual(x, self.ffn)
 
@@ -110,11 +116,10 @@ class ParallelLayer(nn.Module):
     by side (GPT-J; PaLM §2, "Parallel Layers"), so their input projections can be fused. An
     encoder or a decoder-only layer; it takes the arguments of either."""
 
+    cross_attn = None
+
     def __init__(self, spec: LayerSpec) -> None:
         super().__init__()
-        from attnlab.nn.dropout import Dropout
-        from attnlab.nn.norms import make_norm
-
         self.norm = make_norm(spec.norm_type, spec.d_model)
         self.self_attn, self.ffn = spec.attention(), spec.feedforward()
         self.dropout = Dropout(spec.dropout)
@@ -125,10 +130,10 @@ class ParallelLayer(nn.Module):
         inputs: AttentionInputs,
         memory: Tensor | None = None,
         memory_inputs: AttentionInputs | None = None,
-        cache: dict[str, Tensor] | None = None,
+        cache: Any = None,
     ) -> Tensor:
         h = self.norm(x)
-        attended = self.self_attn(h, inputs, cache=cache)
+        attended = self.self_attn(h, inputs, cache=None if cache is None else cache.self_attn)
         return x + self.dropout(attended) + self.dropout(self.ffn(h))
 
 

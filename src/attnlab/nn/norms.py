@@ -16,34 +16,17 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
+from attnlab.nn.attention import MultiHeadAttention
 from attnlab.nn.dropout import Dropout
+from attnlab.nn.feedforward import FeedForward, SwiGLU
+from attnlab.nn.normalization import NORM_TYPES, RMSNorm, make_norm
 from attnlab.registry import Registry
 
-NORM_TYPES: Registry[type[nn.Module]] = Registry("model.norm_type")
-NORM_TYPES.register("layernorm")(nn.LayerNorm)  # Ba et al. 2016; torch's eps 1e-5
-
-
-@NORM_TYPES.register("rmsnorm")
-class RMSNorm(nn.RMSNorm):
-    """x / RMS(x) · g, RMS(x) = √(mean(x²) + ε)  (Zhang & Sennrich 2019).
-
-    ε = 1e-5, LayerNorm's above, so ``model.norm_type=layernorm|rmsnorm`` ablates
-    only what RMSNorm drops (re-centring and the bias). nn.RMSNorm's default
-    ε=None means finfo(dtype).eps, which changes with precision (1.2e-7 in
-    float32, 7.8e-3 in bfloat16).
-    """
-
-    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
-        super().__init__(d_model, eps=eps)
-
+__all__ = ["NORM_TYPES", "RESIDUALS", "RMSNorm", "Residual", "StackDepth", "make_norm"]
 
 RESIDUALS: Registry[type[Residual]] = Registry("model.norm")
 
 Sublayer = Callable[[Tensor], Tensor]
-
-
-def make_norm(norm_type: str, d_model: int) -> nn.Module:
-    return NORM_TYPES.get(norm_type)(d_model)
 
 
 @dataclass(frozen=True)
@@ -133,9 +116,6 @@ class DeepNormResidual(Residual):
     def initialize(cls, layers: nn.Module, depth: StackDepth) -> None:
         """DeepNet init: Xavier-normal with gain β for the FFN, W_V and W_O; gain 1 for W_Q
         and W_K (Wang et al. 2022, Fig. 2, ``deepnorm_init``)."""
-        from attnlab.nn.attention import MultiHeadAttention
-        from attnlab.nn.feedforward import FeedForward, SwiGLU
-
         beta = deepnorm_constants(depth)[1]
         for module in layers.modules():
             if isinstance(module, MultiHeadAttention):

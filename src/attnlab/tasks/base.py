@@ -16,8 +16,8 @@ from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from attnlab.errors import ConfigError
+from attnlab.inference.generation import DecodeConfig
 from attnlab.models import Architecture, ModelConfig, build_model
-from attnlab.models.generation import DecodeConfig
 from attnlab.options import SCHEDULES, OptimConfig, TaskConfig
 
 __all__ = ["SCHEDULES", "OptimConfig", "TaskConfig", "Task", "lr_multiplier"]

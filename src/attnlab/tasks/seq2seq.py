@@ -16,7 +16,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.text import SacreBLEUScore
 
-from attnlab.models.generation import generate
+from attnlab.inference.generation import generate
 from attnlab.special_tokens import BOS, EOS, PAD, SEP
 from attnlab.tasks.base import Task
 

@@ -1,8 +1,8 @@
 """Decoding: greedy, sampling (temperature, top-k, top-p) and beam search.
 
-Every architecture is driven through its ``start_decoding`` state (the
-architecture interface), which feeds it one token at a time and reorders its
-cache for beams. A Transformer's cache holds each self-attention layer's keys
+Every architecture is driven through its decoding state
+(:func:`~attnlab.inference.decoding.start_decoding`), which feeds it one token at a time
+and reorders its cache for beams. A Transformer's cache holds each self-attention layer's keys
 and values and the projected encoder K/V for cross-attention, so each new token
 costs one position of work instead of the whole prefix; a recurrent model's
 cache is its state. ``use_cache=False`` recomputes everything at every step
@@ -16,7 +16,8 @@ import functools
 import torch
 from torch import Tensor
 
-from attnlab.models.interface import Architecture, DecodingState
+from attnlab.inference.decoding import DecodingState, start_decoding
+from attnlab.models.interface import Architecture
 from attnlab.options import STRATEGIES, DecodeConfig
 from attnlab.special_tokens import BOS, EOS, MASK, PAD
 
@@ -119,7 +120,7 @@ def start(model: Architecture, inputs: Tensor, cfg: DecodeConfig, max_new: int) 
     them: ``decode.compile=true`` compiles the step (``auto``: on CUDA only; off by default,
     as compiling takes longer than most generations on a CPU), ``decode.cache=auto`` is
     static when the step is compiled (in eager mode the dynamic cache is faster)."""
-    stepper = model.start_decoding(inputs, cfg.use_cache)
+    stepper = start_decoding(model, inputs, cfg.use_cache)
     compile = cfg.compile if cfg.compile != "auto" else inputs.device.type == "cuda"
     if cfg.use_cache and (cfg.cache == "static" or (cfg.cache == "auto" and compile)):
         stepper.reserve(max_new, bool(compile))
