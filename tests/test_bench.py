@@ -1,4 +1,4 @@
-"""attnlab-bench (interleaved timing, ratios, JSON) and scripts/gpu_check.py."""
+"""attnlab-bench (interleaved timing, ratios, JSON) and attnlab.bench.gpu.check."""
 
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ def test_every_comparison_runs_at_a_tiny_size(tmp_path: Path) -> None:
 def test_gpu_check_runs_tiny_on_cpu(tmp_path: Path) -> None:
     out = tmp_path / "gpu_check.json"
     done = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "gpu_check.py"), "--tiny", "--device", "cpu",
+        [sys.executable, "-m", "attnlab.bench.gpu.check", "--tiny", "--device", "cpu",
          "--json", str(out)],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip

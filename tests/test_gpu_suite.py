@@ -1,4 +1,4 @@
-"""scripts/gpu_suite.sh: every step recorded with a status, one table, one JSON file."""
+"""The GPU suite (scripts/gpu_suite.sh, attnlab.bench.gpu): statuses, one table, one JSON."""
 
 from __future__ import annotations
 
@@ -13,13 +13,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
+from attnlab.bench.gpu import check as gpu_check
+from attnlab.bench.gpu import suite as gpu_suite
+from attnlab.bench.gpu.jobs import Job, Ran, Settings, StepResult, failure, run_job
+from attnlab.bench.gpu.steps import STEPS, nanogpt_metrics, parse_nanogpt
 
-import gpu_check  # noqa: E402
-import gpu_suite  # noqa: E402
-from gpu_suite_jobs import Job, Ran, Settings, StepResult, failure, run_job  # noqa: E402
-from gpu_suite_steps import STEPS, nanogpt_metrics, parse_nanogpt  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 # The tail of a real run of nanoGPT's unmodified bench.py, on this project's 2-core CPU:
 #   cd ../shared/reference/nanogpt && python -c "import sys, runpy, torch;

@@ -1,8 +1,7 @@
-"""scripts/race_nanogpt.py: attnlab against nanoGPT, whole processes in turns."""
+"""attnlab.bench.race_nanogpt: attnlab against nanoGPT, whole processes in turns."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -17,10 +16,9 @@ DATA = Path(os.environ.get("ATTNLAB_DATA_ROOT", REPO.parent / "shared" / "data")
 
 
 def load_race():
-    spec = importlib.util.spec_from_file_location("race_nanogpt", REPO / "scripts/race_nanogpt.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+    from attnlab.bench import race_nanogpt
+
+    return race_nanogpt
 
 
 def test_nanogpt_runs_its_readme_cpu_setting_with_attnlabs_validation() -> None:
@@ -58,7 +56,7 @@ def test_ratios_are_taken_within_each_round_and_over_the_medians(capsys) -> None
 
 def test_a_missing_nanogpt_is_one_line_and_exit_2(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, str(REPO / "scripts/race_nanogpt.py"), "--nanogpt", str(tmp_path)],
+        [sys.executable, "-m", "attnlab.bench.race_nanogpt", "--nanogpt", str(tmp_path)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 2 and "no nanoGPT at" in done.stderr
@@ -70,7 +68,7 @@ def test_a_missing_nanogpt_is_one_line_and_exit_2(tmp_path: Path) -> None:
 def test_a_short_race_runs_both_and_reports_a_ratio(tmp_path: Path) -> None:
     out = tmp_path / "race.json"
     done = subprocess.run(
-        [sys.executable, str(REPO / "scripts/race_nanogpt.py"), "--rounds", "1",
+        [sys.executable, "-m", "attnlab.bench.race_nanogpt", "--rounds", "1",
          "--max-iters", "20", "--contenders", "nanogpt,attnlab", "--json", str(out)],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip

@@ -1,7 +1,7 @@
 """A trained run on disk: its saved config, its checkpoints, its weights.
 
 ``attnlab-eval`` and ``attnlab-generate`` start from a run directory
-(DESIGN.md, "Runs on disk") or from one of its checkpoints. Everything the
+(docs/design.md, "Runs on disk") or from one of its checkpoints. Everything the
 user can get wrong here — a path, a corrupt file, a checkpoint that does not
 fit the config — raises a :class:`CheckpointError` or :class:`ConfigError`
 that names the file and the fix.

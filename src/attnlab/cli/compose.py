@@ -17,7 +17,8 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from attnlab.cli.common import config_dir, fail, identity_overrides, register_resolvers
+from attnlab.cli.common import config_dir, fail, register_resolvers
+from attnlab.cli.identity import identity_overrides
 
 
 def _one_line(exc: Exception) -> str:

@@ -3,7 +3,7 @@
 Hydra numbers a sweep's jobs by their position in the grid, so a grid that
 grows (a new seed, a new value) would hand old directories to new settings.
 With ``resume=true`` the job directories are matched by the overrides that
-define each job instead (:func:`attnlab.cli.common.identity_overrides`):
+define each job instead (:func:`attnlab.cli.identity.identity_overrides`):
 
 * before Hydra launches anything, :func:`plan` expands the grid, finds each
   point's existing directory by the ``.hydra/overrides.yaml`` it holds, gives
@@ -35,7 +35,7 @@ def canonical(overrides: list[str]) -> str:
     """One string per job setting: its identity overrides, each as Hydra normalises it."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from attnlab.cli.common import identity_overrides
+    from attnlab.cli.identity import identity_overrides
 
     parser = OverridesParser.create()
     parts = []

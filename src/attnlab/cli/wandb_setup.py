@@ -24,7 +24,7 @@ import lightning as L
 from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab.cli.common import identity_overrides
+from attnlab.cli.identity import identity_overrides
 from attnlab.errors import ConfigError
 
 SUMMARY_GOALS = {"val/loss": "min", "val/ppl": "min", "val/acc": "max",

@@ -1,6 +1,6 @@
 """Compare runs: a mean ± std (and CI) table per group, pairwise tests and curves.
 
-Reads run directories only (``summary.json``, ``metrics.csv``; see DESIGN.md)
+Reads run directories only (``summary.json``, ``metrics.csv``; see docs/design.md)
 and never imports torch, so ``attnlab-compare`` starts in a blink. The same
 functions serve notebooks::
 

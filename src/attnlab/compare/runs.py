@@ -1,6 +1,6 @@
 """Finding run directories and reading what a run left on disk.
 
-A run directory is any directory that holds ``summary.json`` (see DESIGN.md,
+A run directory is any directory that holds ``summary.json`` (see docs/design.md,
 "Runs on disk"). Its learning curves come from Lightning's ``metrics.csv``,
 whose rows are sparse: a metric is empty on the rows where it was not logged.
 """

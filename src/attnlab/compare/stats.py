@@ -19,7 +19,7 @@ from attnlab.errors import UserError
 from .grouping import Group
 from .runs import Run
 
-# The main metrics of each task (DESIGN.md, "Metric names"); the first one ranks the groups.
+# The main metrics of each task (docs/design.md, "Metric names"); the first one ranks the groups.
 TASK_METRICS: dict[str, tuple[str, ...]] = {
     "seq2seq": ("val/loss", "val/exact_match", "val/bleu", "test/bleu"),
     "lm": ("val/loss", "val/ppl"),

@@ -2,7 +2,7 @@
 
 Presets point at ``${attnlab_data_root:}/…``. The resolver returns
 ``$ATTNLAB_DATA_ROOT`` when set, else ``<repo root>/../shared/data`` — the
-folder that sits beside a checkout (see DESIGN.md, "Data").
+folder that sits beside a checkout (docs/design.md, "Data").
 """
 
 from __future__ import annotations

@@ -140,7 +140,7 @@ class FastSteps:
     Nothing the other guards check changes within a generation (the same model, cache and
     shapes at every step), and the graph they would choose was chosen by the first call.
     At the baby size, batch 1, 2 threads: 602 µs a token against 648 µs with every guard
-    (``scripts/decode_step_builds.py``).
+    (``attnlab.bench.decode_builds``).
     """
 
     def __init__(self, runtime: Runtime) -> None:

@@ -10,7 +10,7 @@ precision, splits ``addmm`` into ``mm`` and an add that inductor fuses into the 
 pointwise kernel.
 
 At the baby size, batch 1, 2 threads, decoding took 538 µs a token against 602 µs
-without the pass (``scripts/decode_step_builds.py``, 7 rounds in turns; see
+without the pass (``attnlab.bench.decode_builds``, 7 rounds in turns; see
 docs/performance.md).
 """
 

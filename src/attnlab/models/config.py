@@ -20,7 +20,7 @@ RNN_ATTENTIONS = ("bahdanau", "luong_dot", "luong_general", "none")
 
 @dataclass
 class ModelConfig:
-    """Every architecture accepts every key; see DESIGN.md for their meaning.
+    """Every architecture accepts every key; see docs/design.md, "Model keys".
 
     The defaults are those of ``conf/model/_base.yaml`` (a test compares them).
     """

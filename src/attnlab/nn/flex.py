@@ -20,15 +20,15 @@ it against the explicit reference. FlexAttention has no dropout; with ``attn_dro
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from attnlab.errors import ConfigError
 
-if TYPE_CHECKING:
-    from attnlab.nn.attention_kinds import AttentionKind
+# a kind (attnlab.nn.attention_kinds) is read through its pattern(), sparse and spec only
+AttentionKind = Any
 
 MIN_QUERIES = 128  # fewer queries at once (decoding): the blocked kernel
 CPU_BACKWARD = (

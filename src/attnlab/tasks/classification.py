@@ -1,7 +1,7 @@
 """Classification of token sequences and of images: a linear head over ``model.pooled``.
 
 How an architecture reduces its input to one vector is its own (``model.pool``, the
-default declared in its feeding; the table in DESIGN.md):
+default declared in its feeding; the table in docs/design.md):
 
 * encoder_only:    mean of the encoder states over real tokens (BERT-style pooling)
 * decoder_only:    the state of the last real token, which has seen the whole input

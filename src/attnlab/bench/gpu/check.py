@@ -1,8 +1,8 @@
 """Throughput and MFU of a GPT-2-124M-shaped attnlab model on one GPU.
 
-    python scripts/gpu_check.py                  # GPU: bf16 autocast, torch.compile, fused AdamW
-    python scripts/gpu_check.py --accum 4 --batch 12
-    python scripts/gpu_check.py --tiny           # a seconds-long CPU smoke test (fp32, eager)
+    python -m attnlab.bench.gpu.check            # GPU: bf16 autocast, compile, fused AdamW
+    python -m attnlab.bench.gpu.check --accum 4 --batch 12
+    python -m attnlab.bench.gpu.check --tiny     # a seconds-long CPU smoke test (fp32, eager)
 
 The model is attnlab's decoder_only at GPT-2 (124M) shape — 12 layers, 12 heads,
 d_model 768, block 1024, vocabulary 50304 (50257 padded to a multiple of 64, as
@@ -30,10 +30,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # a plain checkout works too
-
-from attnlab.callbacks.mfu import flops_per_token, peak_flops  # noqa: E402
-from attnlab.tasks import LanguageModelTask  # noqa: E402
+from attnlab.callbacks.mfu import flops_per_token, peak_flops
+from attnlab.tasks import LanguageModelTask
 
 GPT2_124M = dict(n_layers=12, n_heads=12, d_model=768, max_len=1024, vocab_size=50304)
 TINY = dict(n_layers=2, n_heads=2, d_model=64, max_len=64, vocab_size=512)

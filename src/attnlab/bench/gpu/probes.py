@@ -1,8 +1,8 @@
-"""The measurements of scripts/gpu_suite.py that need a process of their own.
+"""The measurements of the GPU suite that need a process of their own.
 
-    python scripts/gpu_suite_probes.py env                       # torch, device, bf16
-    python scripts/gpu_suite_probes.py sdpa-kernels [--tiny]     # which SDPA kernel runs
-    python scripts/gpu_suite_probes.py peak-memory --checkpointing on [--tiny] [--batch 16]
+    python -m attnlab.bench.gpu.probes env                       # torch, device, bf16
+    python -m attnlab.bench.gpu.probes sdpa-kernels [--tiny]     # which SDPA kernel runs
+    python -m attnlab.bench.gpu.probes peak-memory --checkpointing on [--tiny] [--batch 16]
 
 Each prints one JSON object as its last line. A fresh process per measurement keeps
 one probe's allocations, compiled graphs and peak memory out of the next.
@@ -18,17 +18,14 @@ import re
 import resource
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # a plain checkout works too
+from attnlab.models import ModelConfig, build_model
 
-from attnlab.models import ModelConfig, build_model  # noqa: E402
-
-# GPT-2 (124M) as in scripts/gpu_check.py; the SDPA probe needs only two of its layers
+# GPT-2 (124M) as in attnlab.bench.gpu.check; the SDPA probe needs only two of its layers
 GPT2_124M = dict(n_layers=12, n_heads=12, d_model=768, max_len=1024, vocab_size=50304)
 TINY = dict(n_layers=2, n_heads=2, d_model=64, max_len=64, vocab_size=512)
 # SDPA's fused backends, as they appear in profiler event names (aten ops and CUDA kernels):

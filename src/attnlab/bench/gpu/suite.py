@@ -5,7 +5,7 @@
 
 Steps (what each reports):
 
-1. gpu_check: scripts/gpu_check.py, attnlab's decoder at GPT-2-124M shape with bf16,
+1. gpu_check: attnlab.bench.gpu.check, attnlab's decoder at GPT-2-124M shape with bf16,
    torch.compile and fused AdamW: ms/iter, tokens/s, MFU (target ≥ 50 %).
 2. nanogpt: nanoGPT's bench.py at the same shape and batch, in its own process:
    ms/iter, tokens/s, MFU (target: attnlab's tokens/s ≥ nanoGPT's).
@@ -43,11 +43,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "scripts"), str(ROOT / "src")]  # the steps beside this file; attnlab
+from attnlab.bench.gpu.jobs import Job, Settings, StepResult, run_job
+from attnlab.bench.gpu.steps import STEPS
 
-from gpu_suite_jobs import Job, Settings, StepResult, run_job  # noqa: E402
-from gpu_suite_steps import STEPS  # noqa: E402
+ROOT = Path(__file__).resolve().parents[4]  # the checkout: src/attnlab/bench/gpu/suite.py
 
 # the phases, in order: the two headline timings alone, then the checks that may share
 # the GPU, then the long benchmarks with what is left of the budget

@@ -1,6 +1,6 @@
 """What each part of the compiled CPU decoding step buys, side by side in one process.
 
-    PYTHONPATH=src python scripts/decode_step_builds.py [--rounds 7] [--threads 2]
+    python -m attnlab.bench.decode_builds [--rounds 7] [--threads 2]
 
 Greedy decoding of 256 new tokens after a 16-token prompt, batch 1, at the bench's baby
 size (``attnlab-bench``'s ``kv_cache_speedup`` case), never stopping at EOS: uncached,

@@ -1,7 +1,7 @@
 """attnlab against nanoGPT on the baby GPT (Tiny Shakespeare, characters), whole processes in turns.
 
-    python scripts/race_nanogpt.py                       # 3 rounds, attnlab eager and compiled
-    python scripts/race_nanogpt.py --rounds 1 --max-iters 50 --contenders nanogpt,attnlab
+    python -m attnlab.bench.race_nanogpt          # 3 rounds, attnlab eager and compiled
+    python -m attnlab.bench.race_nanogpt --rounds 1 --max-iters 50 --contenders nanogpt,attnlab
 
 nanoGPT (``../shared/reference/nanogpt``, unmodified) runs from a copy in a temporary folder
 with its own ``prepare.py`` over the shared Tiny Shakespeare (no download), with the CPU
@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]  # the checkout: src/attnlab/bench/race_nanogpt.py
 NANOGPT_VAL = re.compile(r"step (\d+): train loss [\d.]+, val loss ([\d.]+)")
 
 

@@ -1,4 +1,4 @@
-"""The jobs of scripts/gpu_suite.py: settings, one subprocess per job, its result.
+"""The GPU suite's jobs: settings, one subprocess per job, its result.
 
 ``run_job`` runs a job in its own process group, so that a timeout ends it and every
 process it started (compile workers, the benchmark's own subprocesses), and logs its
@@ -37,11 +37,12 @@ class Settings:
     def cuda(self) -> bool:
         return not self.tiny and bool(self.environment.get("cuda"))
 
-    def script(self, name: str, *args: str) -> list[str]:
-        return [sys.executable, str(self.root / "scripts" / name), *args]
+    def module(self, name: str, *args: str) -> list[str]:
+        """``python -m attnlab.bench.gpu.<name> args…``."""
+        return [sys.executable, "-m", f"attnlab.bench.gpu.{name}", *args]
 
     def probe(self, *args: str) -> list[str]:
-        return self.script("gpu_suite_probes.py", *args, *(["--tiny"] if self.tiny else []))
+        return self.module("probes", *args, *(["--tiny"] if self.tiny else []))
 
     def train(self, label: str, *overrides: str) -> list[str]:
         """``python -m attnlab.train`` into ``work/runs/<label>``, no test phase."""

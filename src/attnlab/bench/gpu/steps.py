@@ -1,4 +1,4 @@
-"""The steps of scripts/gpu_suite.py: what each runs (jobs) and how it reads the output.
+"""The GPU suite's steps: what each runs (jobs) and how it reads the output.
 
 A step's ``plan`` returns the jobs to run (subprocesses, :mod:`gpu_suite_jobs`) or, when
 it cannot run here, its result at once (skipped, with the reason); its ``read`` turns
@@ -10,11 +10,8 @@ from __future__ import annotations
 import json
 import re
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from gpu_suite_jobs import Job, Ran, Settings, Step, StepResult, failure  # noqa: E402
+from attnlab.bench.gpu.jobs import Job, Ran, Settings, Step, StepResult, failure
 
 NANOGPT_LINE = re.compile(r"time per iteration: ([\d.]+)ms, MFU: (-?[\d.]+)%")
 A100_BF16 = 312e12  # nanoGPT's estimate_mfu divides by this peak, whatever the device
@@ -46,7 +43,7 @@ def one_part_step(parts: list[StepResult], summary: str) -> StepResult:
 def plan_gpu_check(s: Settings) -> list[Job]:
     args = ["--json", str(s.work / "gpu_check.json")]
     args += ["--tiny", "--device", "cpu"] if s.tiny else ["--batch", str(s.batch)]
-    return [Job("gpu_check", s.script("gpu_check.py", *args), 120 if s.tiny else 240)]
+    return [Job("gpu_check", s.module("check", *args), 120 if s.tiny else 240)]
 
 
 def read_gpu_check(s: Settings, ran: list[Ran], done: dict[int, StepResult]) -> StepResult:

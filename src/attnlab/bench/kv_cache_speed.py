@@ -1,6 +1,6 @@
 """Time cached vs uncached greedy decoding of a small decoder-only model on this machine.
 
-    PYTHONPATH=src python scripts/kv_cache_speed.py [--new 256] [--repeats 5]
+    python -m attnlab.bench.kv_cache_speed [--new 256] [--repeats 5]
 
 Runs alternate (cached, uncached, cached, …) so background load hits both alike;
 prints the median wall and CPU time of each and their ratios (CPU time is the
