@@ -69,7 +69,7 @@ class DynamicKV:
             return
         n = self.past.k.size(2)
         if self.buffers is None:
-            self.past = Past(*(t.index_select(0, index) for t in self.past[:2]))
+            self.past = self.past.select(index)
             return
         k, v = (buffer.index_select(0, index) for buffer in self.buffers)
         self.buffers, self.past = (k, v), Past(k[:, :, :n], v[:, :, :n])
@@ -90,7 +90,7 @@ class WindowKV:
 
     def reorder(self, index: Tensor) -> None:
         if self.past is not None:
-            self.past = Past(*(t.index_select(0, index) for t in self.past[:2]))
+            self.past = self.past.select(index)
 
 
 class RunningSums:
@@ -130,7 +130,7 @@ class MemoryKV:
 
     def reorder(self, index: Tensor) -> None:
         if self.past is not None:
-            self.past = Past(*(t.index_select(0, index) for t in self.past[:2]))
+            self.past = self.past.select(index)
 
 
 class StaticKV:

@@ -125,6 +125,11 @@ class Past(NamedTuple):
     v: Tensor
     state: tuple[Tensor, Tensor] | None = None
 
+    def select(self, index: Tensor) -> Past:
+        """Batch rows ``index`` of everything held (beam search)."""
+        state = None if self.state is None else tuple(t.index_select(0, index) for t in self.state)
+        return Past(self.k.index_select(0, index), self.v.index_select(0, index), state)  # type: ignore[arg-type]
+
 
 @dataclass(frozen=True)
 class Keeps:
