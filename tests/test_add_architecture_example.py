@@ -1,7 +1,7 @@
 """README.md's "Add your own architecture" really works: its DAN class and YAML, as written.
 
-The class runs as if saved as ``attnlab/models/dan.py``, registering into the real
-``ARCHITECTURES`` (restored afterwards); the YAML goes into a copy of ``conf/``,
+The class runs as if saved as ``attnlab/models/dan.py``, named by its documented line in
+the real catalog (restored afterwards); the YAML goes into a copy of ``conf/``,
 from which the run is composed.
 """
 
@@ -18,8 +18,9 @@ import torch
 import composed_runs
 from attnlab.cli.common import config_dir
 from attnlab.errors import ConfigError
-from attnlab.models import ARCHITECTURES, ModelConfig, build_model
+from attnlab.models import ModelConfig, build_model
 from attnlab.tasks import check_compatible
+from documented import add_to_catalog
 
 DOC = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -36,9 +37,10 @@ def add_documented_architecture(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     in a copy of ``conf/`` that the tests' and the command line's composition read."""
     import attnlab.cli.compose
 
-    items = {k: v for k, v in ARCHITECTURES._items.items() if k != "dan"}
-    monkeypatch.setattr(ARCHITECTURES, "_items", items)
-    exec(compile(fenced("python"), str(DOC), "exec"), {"__name__": "attnlab.models.dan"})
+    namespace = {"__name__": "attnlab.models.dan"}
+    exec(compile(fenced("python"), str(DOC), "exec"), namespace)
+    section = DOC.read_text(encoding="utf-8").split("## Add your own architecture", 1)[1]
+    add_to_catalog(monkeypatch, "model", "dan", section, namespace)
     conf = tmp_path / "conf"
     shutil.copytree(config_dir(), conf)
     (conf / "model" / "dan.yaml").write_text(fenced("yaml"), encoding="utf-8")

@@ -15,8 +15,9 @@ import torch
 
 from attnlab.models import ModelConfig, build_model
 from attnlab.nn import attention_kinds, flex
-from attnlab.nn.attention_kinds import ATTENTION_KINDS, KindSpec
+from attnlab.nn.attention_kinds import ATTENTION_KINDS
 from composed_runs import train_fast
+from documented import add_to_catalog
 from test_generation import left_padded_prompts, step_logits
 
 DOC = Path(__file__).resolve().parents[1] / "README.md"
@@ -32,16 +33,17 @@ def documented_class() -> str:
 
 @pytest.fixture
 def strided(monkeypatch: pytest.MonkeyPatch) -> type:
-    items = {k: v for k, v in ATTENTION_KINDS._items.items() if k != "strided"}
-    monkeypatch.setattr(ATTENTION_KINDS, "_items", items)
-    exec(compile(documented_class(), str(DOC), "exec"), dict(vars(attention_kinds)))
+    namespace = dict(vars(attention_kinds))
+    exec(compile(documented_class(), str(DOC), "exec"), namespace)
+    section = DOC.read_text(encoding="utf-8").split("## Add your own variant", 1)[1]
+    add_to_catalog(monkeypatch, "model.attention", "strided", section, namespace)
     return ATTENTION_KINDS.get("strided")
 
 
 @pytest.mark.parametrize("causal", [True, False])
 def test_the_documented_pattern_is_the_strided_mask(strided: type, causal: bool) -> None:
     l, T = 4, 13
-    kind = strided(KindSpec(causal=causal, window=l, d_head=8, n_heads=2))
+    kind = strided(ModelConfig(d_model=16, n_heads=2, window=l), causal)
     expected = torch.tensor([[(abs(i - j) < l or (i - j) % l == 0) and (j <= i or not causal)
                               for j in range(T)] for i in range(T)])  # fmt: skip
     assert torch.equal(kind.mask(T, T), expected)

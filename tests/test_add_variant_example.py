@@ -1,8 +1,8 @@
 """README.md's "Add your own variant" really works: its ReZero class registers, builds and trains.
 
-The documented code runs as if pasted into ``attnlab/nn/norms.py``: in a copy
-of that module's namespace, registering into the real ``RESIDUALS``. The
-registry's contents are restored afterwards, so the test can run again in the
+The documented code runs as if pasted into ``attnlab/nn/norms.py`` (in a copy
+of that module's namespace), and its documented line goes into the real catalog. The
+catalog and the registry are restored afterwards, so the test can run again in the
 same process (a name can be registered only once) and leaves no trace.
 """
 
@@ -18,6 +18,7 @@ import torch
 import attnlab.nn.norms as norms
 from attnlab.models import ModelConfig, build_model
 from composed_runs import train_fast
+from documented import add_to_catalog
 
 DOC = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -32,10 +33,11 @@ def python_block(markdown: str) -> str:
 
 @pytest.fixture
 def rezero_registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    items = {k: v for k, v in norms.RESIDUALS._items.items() if k != "rezero"}
-    monkeypatch.setattr(norms.RESIDUALS, "_items", items)  # restored after the test
-    code = compile(python_block(DOC.read_text(encoding="utf-8")), str(DOC), "exec")
-    exec(code, dict(vars(norms)))
+    text = DOC.read_text(encoding="utf-8")
+    namespace = dict(vars(norms))
+    exec(compile(python_block(text), str(DOC), "exec"), namespace)
+    section = text[text.index("## Add your own variant") :]
+    add_to_catalog(monkeypatch, "model.norm", "rezero", section, namespace)  # restored after
 
 
 def test_the_documented_rezero_layers_start_as_the_identity(rezero_registered: None) -> None:

@@ -96,7 +96,8 @@ def test_deepnorm_owns_its_constants_and_init() -> None:
     assert w.std().item() == pytest.approx(beta * (2 / sum(w.shape)) ** 0.5, rel=0.05)
     out = subprocess.run(["grep", "-rln", "deepnorm", "src/attnlab"], cwd=REPO,
                          capture_output=True, text=True)  # fmt: skip
-    assert out.stdout.split() == ["src/attnlab/nn/norms.py"]
+    # the catalog is the table of every registry's names, where each class lives
+    assert sorted(out.stdout.split()) == ["src/attnlab/catalog.py", "src/attnlab/nn/norms.py"]
     assert isinstance(model.encoder.layers[0].attn_residual, DeepNormResidual)
 
 

@@ -12,7 +12,7 @@ from torch import nn
 from attnlab.errors import ConfigError
 from attnlab.models import ModelConfig, build_model
 from attnlab.nn import flex
-from attnlab.nn.attention_kinds import ATTENTION_KINDS, KindSpec, _positions, reference_attention
+from attnlab.nn.attention_kinds import ATTENTION_KINDS, _positions, reference_attention
 
 pytestmark = pytest.mark.skipif(not flex.available(), reason="torch without FlexAttention")
 
@@ -22,9 +22,11 @@ D_HEAD = 8
 
 
 def make(name: str, causal: bool) -> object:
-    spec = KindSpec(causal=causal, window=16, block=8, n_global=2, n_random=2, seed=3,
-                    d_head=D_HEAD, n_heads=2)  # fmt: skip
-    return ATTENTION_KINDS.get(name)(spec)
+    cfg = ModelConfig(d_model=2 * D_HEAD, n_heads=2, window=16, attn_block=8, n_global=2,
+                      n_random=2)  # fmt: skip
+    kind = ATTENTION_KINDS.get(name)(cfg, causal)
+    kind.seed = 3  # bigbird's random blocks
+    return kind
 
 
 def test_only_the_softmax_kinds_have_a_pattern() -> None:

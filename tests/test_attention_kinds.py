@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from attnlab.errors import ConfigError
+from attnlab.model_config import ModelConfig
 from attnlab.nn.attention_kinds import (
     ATTENTION_KINDS,
     AttentionKind,
-    KindSpec,
     LinearAttention,
     reference_attention,
 )
@@ -22,11 +22,13 @@ DECODING_KINDS = [name for name, cls in ATTENTION_KINDS.items() if cls.causal_ok
 D_HEAD = 8
 
 
-def make(name: str, causal: bool, **overrides: int) -> AttentionKind:
-    fields = dict(window=16, block=8, n_global=2, linformer_k=32, max_len=300, seed=0)
-    spec = KindSpec(causal=causal, d_head=D_HEAD, n_heads=2, **{**fields, **overrides})
+def make(name: str, causal: bool, seed: int = 0, **overrides: int) -> AttentionKind:
+    keys = dict(window=16, attn_block=8, n_global=2, linformer_k=32, max_len=300)
+    cfg = ModelConfig(d_model=2 * D_HEAD, n_heads=2, **{**keys, **overrides})
     torch.manual_seed(0)
-    return ATTENTION_KINDS.get(name)(spec).double()
+    kind = ATTENTION_KINDS.get(name)(cfg, causal).double()
+    kind.seed = seed  # bigbird's random blocks
+    return kind
 
 
 def qkv(T: int, Tq: int | None = None, seed: int = 1) -> tuple[torch.Tensor, ...]:
@@ -181,7 +183,7 @@ def test_rows_without_keys_give_zero_output_and_finite_gradients() -> None:
 def test_sliding_window_never_builds_a_sequence_by_sequence_matrix() -> None:
     """At T = 16384 a (T, T) float32 score matrix alone would take 1 GiB."""
     T = 16384
-    kind = ATTENTION_KINDS.get("sliding_window")(KindSpec(causal=True, d_head=16, n_heads=1))
+    kind = ATTENTION_KINDS.get("sliding_window")(ModelConfig(d_model=16, n_heads=1), causal=True)
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 1, T, 16, generator=g) for _ in range(3))
     with torch.profiler.profile(profile_memory=True) as profile:

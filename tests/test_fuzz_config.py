@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from attnlab import train as attnlab_train
+from attnlab.catalog import CATALOG
 from attnlab.cli.compose import compose_config, validate_overrides
-from attnlab.cli.names import source_registries
 from attnlab.cli.rundir import release_all
 from composed_runs import compose_run
 from fuzzing import DEFAULT, MANY, captured, time_limit
@@ -56,7 +56,7 @@ def config_keys(data: str) -> list[str]:
 
 
 KEYS = {data: config_keys(data) for data in DATA}
-REGISTRY_VALUES = {key: sorted(names) for key, (_, _, names) in source_registries().items()}
+REGISTRY_VALUES = {key: sorted(entry.names) for key, entry in CATALOG.items()}
 REGISTRY_VALUES["model.name"] = REGISTRY_VALUES.pop("model")
 OTHER_VALUES = {
     "optim.schedule": ["cosine", "inverse_sqrt", "constant"],

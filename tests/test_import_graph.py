@@ -98,8 +98,22 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-@pytest.mark.parametrize("package", ["nn", "inference", "cli", "tasks", "data", "callbacks",
-                                     "compare", "bench"])  # fmt: skip
+PACKAGES = ["nn", "models", "inference", "cli", "tasks", "data", "callbacks", "compare", "bench"]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
 def test_no_import_cycle_within_a_package(package: str) -> None:
     inside = [c for c in cycles(graph()) if any(m.split(".")[1:2] == [package] for m in c)]
     assert not inside, inside
+
+
+def test_no_import_cycle_anywhere() -> None:
+    assert not cycles(graph())
+
+
+def test_the_config_and_the_catalog_need_no_torch() -> None:
+    for name in ("attnlab.model_config", "attnlab.catalog", "attnlab.registry"):
+        assert not any(t.startswith("attnlab.") and t.split(".")[1] in FORBIDDEN["compare"]
+                       for t in graph()[name]), name  # fmt: skip
+        text = MODULES[name].read_text(encoding="utf-8")
+        assert "import torch" not in text and "from torch" not in text, name

@@ -12,7 +12,6 @@ from attnlab.callbacks.mfu import flops_per_token, forward_flops, mfu, peak_flop
 from attnlab.models import ModelConfig, build_model
 from attnlab.models import flops as flops_module
 from attnlab.models.flops import attended_pairs, attention_flops
-from attnlab.models.stack import kind_spec
 from attnlab.nn.attention_kinds import (
     BigBirdAttention,
     LongformerAttention,
@@ -94,13 +93,14 @@ def test_sparse_kinds_count_the_pairs_of_their_pattern(
         SlidingWindowAttention: (config(name, attention="sliding_window", window=w), len(window)),
         LongformerAttention: (config(name, attention="longformer", window=w, n_global=g),
                               len(longformer)),
-        BigBirdAttention: (bigbird, int(BigBirdAttention(kind_spec(bigbird, causal))
+        BigBirdAttention: (bigbird, int(BigBirdAttention(bigbird, causal)
                                         .mask(T, T).sum())),  # the random blocks: its mask
     }  # fmt: skip
     monkeypatch.setattr(flops_module, "_MASK_ELEMENTS", 7 * T)  # a kind of one's own: 7 rows
     for kind, (cfg, pairs) in expected.items():
         assert attended_pairs(cfg, T, causal) == pairs
-        assert flops_module._mask_count.__wrapped__(kind, kind_spec(cfg, causal), T) == pairs
+        items = tuple(cfg.to_dict().items())
+        assert flops_module._mask_count.__wrapped__(kind, items, causal, T) == pairs
 
 
 def test_full_attention_counts_every_key_even_when_causal() -> None:

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from attnlab.model_config import ModelConfig
 from attnlab.nn.attention import (
     AttentionInputs,
     MultiHeadAttention,
@@ -15,7 +16,7 @@ from attnlab.nn.attention import (
     math_attention,
 )
 from attnlab.nn.feedforward import FEEDFORWARDS, default_d_ff
-from attnlab.nn.layers import DecoderLayer, EncoderLayer, LayerSpec
+from attnlab.nn.layers import DecoderLayer, EncoderLayer
 from attnlab.nn.norms import RESIDUALS, make_norm
 from attnlab.nn.positions import (
     POSITIONS,
@@ -181,7 +182,7 @@ def test_encoder_layer_matches_torch_transformer_encoder_layer(norm: str, norm_f
     theirs = nn.TransformerEncoderLayer(
         32, 4, 64, dropout=0.0, batch_first=True, norm_first=norm_first
     )
-    ours = EncoderLayer(LayerSpec(32, 4, 64, dropout=0.0, norm=norm, ffn="relu"))
+    ours = EncoderLayer(ModelConfig(d_model=32, n_heads=4, d_ff=64, dropout=0.0, norm=norm))
     _copy_common(ours, theirs)
     ours.attn_residual.norm.load_state_dict(theirs.norm1.state_dict())
     ours.ffn_residual.norm.load_state_dict(theirs.norm2.state_dict())
@@ -200,8 +201,8 @@ def test_decoder_layer_matches_torch_transformer_decoder_layer(norm: str, norm_f
     theirs = nn.TransformerDecoderLayer(
         32, 4, 64, dropout=0.0, batch_first=True, norm_first=norm_first
     )
-    spec = LayerSpec(32, 4, 64, dropout=0.0, norm=norm, ffn="relu")
-    ours = DecoderLayer(spec, cross_attention=True)
+    cfg = ModelConfig(d_model=32, n_heads=4, d_ff=64, dropout=0.0, norm=norm)
+    ours = DecoderLayer(cfg, cross_attention=True)
     _copy_common(ours, theirs)
     _copy_attention(ours.cross_attn, theirs.multihead_attn)
     ours.attn_residual.norm.load_state_dict(theirs.norm1.state_dict())

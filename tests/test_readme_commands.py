@@ -38,6 +38,7 @@ from hydra._internal.utils import get_args_parser
 
 import attnlab.nn.norms as norms
 from attnlab.cli.compose import check_values, validate_overrides
+from documented import add_to_catalog
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 VARIANT_SECTION = "Add your own variant"
@@ -139,13 +140,14 @@ def compose_command(command: TrainCommand) -> None:
 
 @pytest.fixture
 def readme_variant_added(monkeypatch: pytest.MonkeyPatch) -> None:
-    """README's ReZero class registered, as if pasted into norms.py (the registry is restored)."""
+    """README's ReZero class as if pasted into norms.py, and its documented line in the
+    catalog (both restored after the test)."""
     section = README.read_text(encoding="utf-8").split(f"## {VARIANT_SECTION}", 1)[1]
     match = re.search(r"```python\n(.*?)```", section, flags=re.DOTALL)
     assert match, f"{README} has no python block under '{VARIANT_SECTION}'"
-    items = {k: v for k, v in norms.RESIDUALS._items.items() if k != "rezero"}
-    monkeypatch.setattr(norms.RESIDUALS, "_items", items)
-    exec(compile(match.group(1), str(README), "exec"), dict(vars(norms)))
+    namespace = dict(vars(norms))
+    exec(compile(match.group(1), str(README), "exec"), namespace)
+    add_to_catalog(monkeypatch, "model.norm", "rezero", section, namespace)
 
 
 def readme_cases() -> list:

@@ -7,15 +7,17 @@ the causes: which modules a command imports before it answers.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from attnlab.catalog import CATALOG, locate
 from attnlab.cli.help import config_groups, help_text
-from attnlab.cli.names import check_model_names, known_names, scan, source_registries
 from attnlab.errors import ConfigError
+from attnlab.registry import check_model_names, known_names
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -66,20 +68,30 @@ def test_a_bad_value_is_refused_before_torch_with_no_run_directory(
     assert not (tmp_path / "logs").exists()
 
 
-def test_names_read_from_source_are_the_registries_names() -> None:
+def test_the_catalog_names_every_registry_and_where_each_class_lives() -> None:
     from attnlab.models import ARCHITECTURES
     from attnlab.nn.attention_kinds import ATTENTION_KINDS
     from attnlab.nn.feedforward import FEEDFORWARDS
     from attnlab.nn.norms import NORM_TYPES, RESIDUALS
     from attnlab.nn.positions import POSITIONS
+    from attnlab.registry import Registry
     from attnlab.tasks import TASKS
 
     registries = [ARCHITECTURES, ATTENTION_KINDS, FEEDFORWARDS, NORM_TYPES, RESIDUALS, POSITIONS,
                   TASKS]  # fmt: skip
-    read = source_registries()
-    assert set(read) == {r.key for r in registries}
+    assert set(CATALOG) == {r.key for r in registries}
     for registry in registries:
-        assert sorted(read[registry.key][2]) == registry.names(), registry.key
+        entry = CATALOG[registry.key]
+        assert locate(entry.registry) is registry
+        assert sorted(entry.names) == registry.names(), registry.key
+        for name, where in entry.names.items():
+            module, _, cls = where.partition(":")
+            assert registry.get(name) is locate(where) and registry.get(name).__name__ == cls
+    # no module of attnlab makes a Registry the catalog does not list
+    made = {key for path in (REPO / "src" / "attnlab").rglob("*.py")
+            for key in re.findall(r'Registry\("([^"]+)"\)', path.read_text(encoding="utf-8"))}
+    assert made == set(CATALOG)
+    assert all(isinstance(r, Registry) for r in registries)
 
 
 def test_a_name_registered_at_run_time_is_accepted(monkeypatch) -> None:
@@ -90,18 +102,6 @@ def test_a_name_registered_at_run_time_is_accepted(monkeypatch) -> None:
     check_model_names({"norm": "rezero"})
     with pytest.raises(ConfigError, match="model.norm=rezer is not a known option"):
         check_model_names({"norm": "rezer"})
-
-
-def test_a_registry_with_a_name_that_is_not_a_literal_is_left_to_the_full_check(
-    tmp_path: Path,
-) -> None:
-    (tmp_path / "a.py").write_text(
-        'A = Registry("model.a")\n@A.register("one")\nclass One: ...\n'
-        'B: Registry[int] = Registry("model.b")\nB.register("x")(1)\n'
-        'for name in ("two",):\n    B.register(name)(2)\n'
-    )
-    read = scan(tmp_path, package="pkg")
-    assert read == {"model.a": ("pkg.a", "A", frozenset({"one"}))}
 
 
 def test_help_lists_the_groups_hydra_lists() -> None:

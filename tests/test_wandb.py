@@ -95,7 +95,7 @@ def test_the_config_is_logged_flat_with_git_sha_command_overrides_and_model_size
 def test_flops_per_token_is_the_training_count_of_the_architecture(offline_sweep: tuple) -> None:
     from attnlab.callbacks.mfu import flops_per_token
     from attnlab.cli.checkpoints import read_checkpoint
-    from attnlab.models.config import ModelConfig
+    from attnlab.model_config import ModelConfig
 
     _, sweep_dir = offline_sweep
     job = _jobs(sweep_dir)[0]

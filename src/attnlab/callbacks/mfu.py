@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from attnlab.models.config import ModelConfig
+from attnlab.model_config import ModelConfig
 
 TERA = 1e12
 

@@ -1,7 +1,7 @@
 """``attnlab-train --options``: every value of every registry-backed key, from the registries.
 
 Each value is shown with the first line of its class's docstring (which cites
-its paper), so a variant registered with ``@REGISTRY.register("name")`` is
+its paper), so a variant named in :mod:`attnlab.catalog` (or registered at run time) is
 listed here with no other edit. Config groups are listed from ``conf/``, each
 with the first comment line of its YAML file.
 """
@@ -33,8 +33,8 @@ def _yaml_comment(path: Path) -> str:
 
 def registry_rows() -> list[tuple[str, str, str]]:
     """(key, value, reference) for every registry-backed model key."""
+    from attnlab.model_config import INITS
     from attnlab.models import ARCHITECTURES
-    from attnlab.models.config import INITS
     from attnlab.nn.attention import ATTN_IMPLS
     from attnlab.nn.attention_kinds import ATTENTION_KINDS
     from attnlab.nn.feedforward import FEEDFORWARDS

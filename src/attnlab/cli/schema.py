@@ -207,15 +207,15 @@ def check_cheap(cfg: dict[str, Any]) -> None:
 
     The checks that import nothing heavy come first, the registry names read from source
     among them, so most typos are refused before torch is imported (``ModelConfig``)."""
-    from attnlab.cli.names import check_model_names
     from attnlab.options import DecodeConfig, OptimConfig, TaskConfig
+    from attnlab.registry import check_model_names
 
     check_top_level(cfg)
     check_model_names(cfg.get("model"))
     check_dataclass(OptimConfig, cfg.get("optim") or {}, "optim.")
     check_dataclass(TaskConfig, cfg.get("task") or {}, "task.")
     check_dataclass(DecodeConfig, cfg.get("decode") or {}, "decode.")
-    from attnlab.models.config import ModelConfig
+    from attnlab.model_config import ModelConfig
 
     model = {**(cfg.get("model") or {}), "vocab_size": 1}
     check_dataclass(ModelConfig, model, "model.").validated()

@@ -1,9 +1,9 @@
 """The architectures (one interface, registered by name); no Lightning, no Hydra.
 
-Importing this package registers every architecture in ``ARCHITECTURES``.
+``ARCHITECTURES`` finds each by the line of :mod:`attnlab.catalog` that names it.
 """
 
-from attnlab.models.config import ModelConfig
+from attnlab.model_config import ModelConfig
 from attnlab.models.interface import ARCHITECTURES, Architecture, Feeding
 from attnlab.models.recurrent import RecurrentModel
 from attnlab.models.transformer import (

@@ -29,12 +29,8 @@ model FLOPs, as MFU counts them (PaLM, App. B) — per ``model.attention``:
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
 
-from attnlab.models.config import ModelConfig
-
-if TYPE_CHECKING:
-    from attnlab.nn.attention_kinds import KindSpec
+from attnlab.model_config import ModelConfig
 
 _MASK_ELEMENTS = 2**22  # mask entries built at a time when counting a pattern's pairs
 
@@ -49,19 +45,17 @@ def attended_pairs(cfg: ModelConfig, length: int, causal: bool) -> int:
     """(query, key) pairs a self-attention layer over ``length`` tokens scores: length² for
     ``full`` (even when causal), else the True entries of the kind's ``mask(length, length)``
     — counted row by row for the built-in kinds, from the mask itself for a kind of one's own."""
-    from attnlab.models.stack import kind_spec
     from attnlab.nn.attention_kinds import ATTENTION_KINDS, AttentionKind
 
     kind = ATTENTION_KINDS.get(cfg.attention)
     if cfg.attention == "full" or kind.pattern in (None, AttentionKind.pattern):
         return length * length  # linformer and linear are counted by attention_flops
-    spec = kind_spec(cfg, causal)
     if cfg.attention in ("sliding_window", "longformer"):
-        n_global = spec.n_global if cfg.attention == "longformer" else 0
-        return _window_pairs(length, spec.window, n_global, causal)
+        n_global = cfg.n_global if cfg.attention == "longformer" else 0
+        return _window_pairs(length, cfg.window, n_global, causal)
     if cfg.attention == "bigbird":
-        return _bigbird_pairs(length, spec)
-    return _mask_count(kind, spec, length)
+        return _bigbird_pairs(length, cfg.attn_block, cfg.n_random, causal, kind.seed)
+    return _mask_count(kind, tuple(cfg.to_dict().items()), causal, length)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -76,18 +70,17 @@ def _window_pairs(T: int, window: int, n_global: int, causal: bool) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _bigbird_pairs(T: int, spec: KindSpec) -> int:
+def _bigbird_pairs(T: int, b: int, n_random: int, causal: bool, seed: int) -> int:
     """Each query block sees its key blocks whole (``_bigbird_key_blocks``: global, window,
     random) — its own block below the diagonal if causal; bidirectional, block 0 sees all."""
     from attnlab.nn.attention_kinds import _bigbird_key_blocks
 
-    b = spec.block
     n = -(-T // b)
     size = [min(b, T - q * b) for q in range(n)]  # the last block may be short
     pairs = 0
     for q in range(n):
-        blocks = _bigbird_key_blocks(q, n, spec.causal, spec.n_random, spec.seed)
-        if spec.causal:
+        blocks = _bigbird_key_blocks(q, n, causal, n_random, seed)
+        if causal:
             pairs += size[q] * sum(size[k] for k in blocks if k < q) + size[q] * (size[q] + 1) // 2
         else:
             pairs += size[q] * (T if q == 0 else sum(size[k] for k in blocks))
@@ -95,10 +88,12 @@ def _bigbird_pairs(T: int, spec: KindSpec) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _mask_count(kind: type, spec: KindSpec, length: int) -> int:
-    """True entries of ``kind(spec).mask(length, length)``, built a few rows at a time (the
-    whole (T, T) mask is what the sparse kinds exist to avoid); O(T²), once per length."""
-    attention, rows = kind(spec), max(1, _MASK_ELEMENTS // max(length, 1))
+def _mask_count(kind: type, cfg: tuple, causal: bool, length: int) -> int:
+    """True entries of ``kind(cfg, causal).mask(length, length)`` (``cfg``: the model config's
+    items, hashable for the cache), built a few rows at a time (the whole (T, T) mask is what
+    the sparse kinds exist to avoid); O(T²), once per length."""
+    attention = kind(ModelConfig(**dict(cfg)), causal)
+    rows = max(1, _MASK_ELEMENTS // max(length, 1))
     return sum(
         int(attention.mask(min(rows, length - s), length, q_offset=s).sum())
         for s in range(0, length, rows)

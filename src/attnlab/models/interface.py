@@ -38,7 +38,7 @@ from attnlab.errors import ConfigError
 from attnlab.registry import Registry
 
 if TYPE_CHECKING:
-    from attnlab.models.config import ModelConfig
+    from attnlab.model_config import ModelConfig
 
 TASK_KINDS = ("seq2seq", "lm", "classification", "image_classification")
 SEQ2SEQ_LAYOUTS = ("teacher_forcing", "source_sep_target")
@@ -109,6 +109,7 @@ class Architecture(nn.Module):
     takes_grid: ClassVar[bool] = False  # reads image patches: 2-D position schemes apply
     attention_heads: ClassVar[bool] = True  # n_heads, pos and the head-size rules apply
     causal_attention: ClassVar[bool] = False  # has causal self-attention (a decoder)
+    takes_prefix_lm: ClassVar[bool] = False  # model.prefix_lm applies (decoder_only)
     # the family of decoding states that generates with it (attnlab.inference.DECODINGS);
     # None: it does not generate
     decoding: ClassVar[str | None] = None
@@ -119,9 +120,16 @@ class Architecture(nn.Module):
 
     @classmethod
     def check(cls, cfg: ModelConfig) -> None:
-        """Raise ConfigError for options this architecture cannot take (before data loads)."""
+        """Raise ConfigError for options this architecture cannot take (before data loads);
+        with ``attention_heads``, each component of its Transformer stacks checks its keys."""
         from attnlab.nn.positions import POSITIONS
 
+        if cfg.prefix_lm and not cls.takes_prefix_lm:
+            raise ConfigError("model.prefix_lm=true applies to model=decoder_only only; remove it")
+        if cls.attention_heads:
+            from attnlab.models.stack import TransformerStack
+
+            TransformerStack.check_config(cfg)
         if POSITIONS.get(cfg.pos).needs_grid and not cls.takes_grid:
             raise ConfigError(
                 f"model.pos={cfg.pos} places image patches on a grid and model={cfg.name} reads "

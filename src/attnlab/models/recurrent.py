@@ -23,10 +23,10 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.errors import ConfigError
-from attnlab.models.config import ModelConfig
+from attnlab.model_config import ModelConfig
 from attnlab.models.flops import output_flops
 from attnlab.models.initialization import initialize
-from attnlab.models.interface import ARCHITECTURES, Architecture, Feeding
+from attnlab.models.interface import Architecture, Feeding
 from attnlab.models.transformer import mean_over_real
 from attnlab.nn.recurrent import (
     GATES,
@@ -171,7 +171,6 @@ def rnn_flops(cell: str, d_in: int, d: int, layers: int, length: int) -> int:
     return layers * length * 2 * GATES[cell] * (d_in + d) * d
 
 
-@ARCHITECTURES.register("rnn")
 class RecurrentModel(Architecture):
     """LSTM/GRU/RNN with Bahdanau or Luong attention (2015), RNN LM, RNN classifier.
 

@@ -16,10 +16,12 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from attnlab.models.config import ModelConfig
+from attnlab.model_config import ModelConfig
+from attnlab.nn.attention import MultiHeadAttention
+from attnlab.nn.attention_kinds import ATTENTION_KINDS
 from attnlab.nn.dropout import Dropout
 from attnlab.nn.kernels import AttentionInputs
-from attnlab.nn.layers import DecoderLayer, EncoderLayer, LayerSpec, ParallelLayer
+from attnlab.nn.layers import DecoderLayer, EncoderLayer, ParallelLayer
 from attnlab.nn.norms import RESIDUALS, StackDepth, make_norm
 from attnlab.nn.positions import POSITIONS, Positions
 
@@ -65,17 +67,6 @@ def attention_mask(
     return None if mask is None else mask.unsqueeze(1)
 
 
-def kind_spec(cfg: ModelConfig, causal: bool) -> Any:
-    """The :class:`~attnlab.nn.attention_kinds.KindSpec` of ``model.attention`` and its keys."""
-    from attnlab.nn.attention_kinds import KindSpec
-
-    return KindSpec(
-        causal=causal, window=cfg.window, n_global=cfg.n_global, block=cfg.attn_block,
-        n_random=cfg.n_random, linformer_k=cfg.linformer_k, max_len=cfg.max_len,
-        d_head=cfg.d_model // cfg.n_heads, n_heads=cfg.n_heads,
-    )  # fmt: skip
-
-
 def make_positions(cfg: ModelConfig, causal: bool, grid: tuple[int, int] | None) -> Positions:
     """The ``model.pos`` scheme; image schemes (``needs_grid``) also get the patch grid."""
     cls = POSITIONS.get(cfg.pos)
@@ -111,18 +102,12 @@ class TransformerStack(nn.Module):
         fully_causal = causal and not cfg.prefix_lm
         self.positions = make_positions(cfg, fully_causal, grid)
         self.dropout = Dropout(cfg.dropout)
-        spec = LayerSpec(
-            d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.ff_dim, dropout=cfg.dropout,
-            attn_dropout=cfg.attn_dropout, norm=cfg.norm, norm_type=cfg.norm_type, ffn=cfg.ffn,
-            attn_impl=cfg.attn_impl, depth=depth or StackDepth(), n_kv_heads=cfg.n_kv_heads,
-            qk_norm=cfg.qk_norm, block=cfg.block, attention_kind=cfg.attention,
-            kind_spec=kind_spec(cfg, causal and not cfg.prefix_lm),
-        )  # fmt: skip
+        depth = depth or StackDepth()
 
         def layer() -> nn.Module:
             if cfg.block == "parallel":
-                return ParallelLayer(spec)
-            return DecoderLayer(spec, cross) if causal else EncoderLayer(spec)
+                return ParallelLayer(cfg, causal)
+            return DecoderLayer(cfg, cross, depth) if causal else EncoderLayer(cfg, depth)
 
         self.layers = nn.ModuleList(layer() for _ in range(n_layers))
         self.final_norm = (
@@ -130,6 +115,16 @@ class TransformerStack(nn.Module):
             if RESIDUALS.get(cfg.norm).final_norm
             else nn.Identity()
         )
+
+    @classmethod
+    def check_config(cls, cfg: ModelConfig) -> None:
+        """Each component a stack builds from ``cfg`` checks the keys it reads."""
+        components: list[Any] = [MultiHeadAttention, POSITIONS.get(cfg.pos),
+                                 ATTENTION_KINDS.get(cfg.attention)]  # fmt: skip
+        if cfg.block == "parallel":
+            components.append(ParallelLayer)
+        for component in components:
+            component.check_config(cfg)
 
     def forward(
         self,

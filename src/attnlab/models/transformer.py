@@ -16,7 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnlab.models.config import ModelConfig
+from attnlab.errors import ConfigError
+from attnlab.model_config import ModelConfig
 from attnlab.models.flops import output_flops, transformer_flops
 from attnlab.models.initialization import initialize
 from attnlab.models.interface import ARCHITECTURES, Architecture, Feeding
@@ -55,7 +56,6 @@ def mean_over_real(hidden: Tensor, real: Tensor) -> Tensor:
     return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
 
 
-@ARCHITECTURES.register("encoder_only")
 class EncoderOnly(TransformerModel):
     """A bidirectional encoder; every position sees every non-padding position (BERT)."""
 
@@ -91,7 +91,6 @@ class EncoderOnly(TransformerModel):
         return transformer_flops(cfg, length, cfg.n_layers) + output_flops(cfg, length)
 
 
-@ARCHITECTURES.register("decoder_only")
 class DecoderOnly(TransformerModel):
     """A causal decoder without cross-attention (GPT). ``prefix_len`` makes it a prefix-LM."""
 
@@ -99,6 +98,7 @@ class DecoderOnly(TransformerModel):
         seq2seq="source_sep_target", lm="causal", classification="last", pools=("last", "mean")
     )
     causal_attention = True
+    takes_prefix_lm = True
     decoding = "transformer"  # attnlab.inference.decoding: decoder, hidden, lm_head
 
     def __init__(self, cfg: ModelConfig, task: str = "lm") -> None:
@@ -139,7 +139,6 @@ class DecoderOnly(TransformerModel):
         return transformer_flops(cfg, length, cfg.n_layers) + output_flops(cfg, length)
 
 
-@ARCHITECTURES.register("encoder_decoder")
 class EncoderDecoder(TransformerModel):
     """Encoder over the source; decoder over the shifted target with cross-attention."""
 
@@ -154,6 +153,15 @@ class EncoderDecoder(TransformerModel):
     )
     causal_attention = True  # the decoder's
     decoding = "transformer"  # attnlab.inference.decoding: encode, decoder, lm_head
+
+    @classmethod
+    def check(cls, cfg: ModelConfig) -> None:
+        super().check(cfg)
+        if cfg.block == "parallel":
+            raise ConfigError(
+                "model.block=parallel has no place for cross-attention; use it with "
+                "model=decoder_only, encoder_only or vit, or model.block=sequential"
+            )
 
     def __init__(self, cfg: ModelConfig, task: str = "seq2seq") -> None:
         super().__init__(cfg, task)

@@ -21,10 +21,10 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.errors import ConfigError
-from attnlab.models.config import ModelConfig
+from attnlab.model_config import ModelConfig
 from attnlab.models.flops import transformer_flops
 from attnlab.models.initialization import initialize
-from attnlab.models.interface import ARCHITECTURES, Architecture, Feeding
+from attnlab.models.interface import Architecture, Feeding
 from attnlab.models.stack import TransformerStack
 from attnlab.nn.norms import RESIDUALS, StackDepth
 
@@ -36,7 +36,6 @@ def patchify(pixels: Tensor, patch: int) -> Tensor:
     return grid.permute(0, 2, 3, 1, 4, 5).reshape(B, (H // patch) * (W // patch), -1)
 
 
-@ARCHITECTURES.register("vit")
 class VisionTransformer(Architecture):
     """An encoder over image patches with a [CLS] token (Dosovitskiy et al. 2021, eq. 1–4)."""
 

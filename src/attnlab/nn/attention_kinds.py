@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -40,21 +40,8 @@ from attnlab.errors import ConfigError
 from attnlab.nn.kernels import Keeps, math_attention
 from attnlab.registry import Registry
 
-
-@dataclass(frozen=True, kw_only=True)
-class KindSpec:
-    """What an attention kind needs to know; fields a kind does not use are ignored."""
-
-    causal: bool
-    window: int = 256  # sliding_window, longformer: w
-    n_global: int = 1  # longformer: global tokens at the start
-    block: int = 64  # query block of the sparse paths; bigbird's block size
-    n_random: int = 2  # bigbird: random key blocks per query block
-    linformer_k: int = 256  # linformer: projected length k
-    max_len: int = 512  # linformer: n, the longest sequence E and F cover
-    seed: int = 0  # bigbird: seed of the random blocks
-    d_head: int
-    n_heads: int
+if TYPE_CHECKING:
+    from attnlab.model_config import ModelConfig
 
 
 class AttentionKind(nn.Module):
@@ -72,11 +59,29 @@ class AttentionKind(nn.Module):
     cache_window: int | None = None
     causal_error = "this attention kind cannot be causal"
 
-    def __init__(self, spec: KindSpec) -> None:
+    def __init__(self, cfg: ModelConfig, causal: bool) -> None:
+        """``cfg``: the model config, whose keys a kind reads (``window``, ``attn_block``, …);
+        ``causal``: queries see no later key (a decoder that is not a prefix-LM)."""
         super().__init__()
-        if spec.causal and not self.causal_ok:
+        if causal and not self.causal_ok:
             raise ConfigError(self.causal_error)
-        self.spec, self.causal = spec, spec.causal
+        self.cfg, self.causal = cfg, causal
+
+    @classmethod
+    def check_config(cls, cfg: ModelConfig) -> None:
+        """A pattern or kernel of its own takes no additive position bias, and has no
+        prefix-LM form (both are masks or biases on the full score matrix)."""
+        if cfg.pos in ("alibi", "t5_relative", "xl_relative"):
+            raise ConfigError(
+                f"model.attention={cfg.attention} builds its own sparse or kernelised "
+                f"pattern and takes no additive position bias (model.pos={cfg.pos}); use "
+                "model.pos=rope, sinusoidal, learned or none"
+            )
+        if cfg.prefix_lm:
+            raise ConfigError(
+                f"model.attention={cfg.attention} has no prefix-LM pattern; use "
+                "model.prefix_lm=false or model.attention=full"
+            )
 
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None,
@@ -273,11 +278,14 @@ def _dense_rows(
     return _attend_masked(q, k, v, _with_padding(mask, key_real), dropout_p)
 
 
-@ATTENTION_KINDS.register("full")
 class FullAttention(AttentionKind):
     """softmax(QKᵀ/√d + M)V over every key (Vaswani et al. 2017, eq. 1): the baseline."""
 
     sparse = False
+
+    @classmethod
+    def check_config(cls, cfg: ModelConfig) -> None:
+        """Every position scheme and the prefix-LM mask apply."""
 
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None,
@@ -294,7 +302,6 @@ class FullAttention(AttentionKind):
         return _attend_masked(q, k, v, _with_padding(mask, key_real), dropout_p)
 
 
-@ATTENTION_KINDS.register("sliding_window")
 class SlidingWindowAttention(AttentionKind):
     """Each query sees the w nearest keys: |i − j| < w, or i − w < j ≤ i when causal
     (Longformer, Beltagy et al. 2020, §3.1; Mistral 7B's sliding window, Jiang et al. 2023).
@@ -303,24 +310,24 @@ class SlidingWindowAttention(AttentionKind):
     A causal decoder's cache needs only the last w keys (``cache_window``).
     """
 
-    def __init__(self, spec: KindSpec) -> None:
-        super().__init__(spec)
-        self.cache_window = spec.window if spec.causal else None
+    def __init__(self, cfg: ModelConfig, causal: bool) -> None:
+        super().__init__(cfg, causal)
+        self.cache_window = cfg.window if causal else None
 
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None,
         q_offset: int = 0, dropout_p: float = 0.0,
     ) -> Tensor:  # fmt: skip
-        s = self.spec
-        return _window_loop(q, k, v, key_real, q_offset, s.window, s.block, s.causal, dropout_p)
+        s = self.cfg
+        return _window_loop(q, k, v, key_real, q_offset, s.window, s.attn_block, self.causal,
+                            dropout_p)
 
     def pattern(
         self, Tq: int, Tk: int, q_offset: int = 0, device: torch.device | None = None
     ) -> Rule:
-        return _window_rule(self.spec.window, self.causal)
+        return _window_rule(self.cfg.window, self.causal)
 
 
-@ATTENTION_KINDS.register("longformer")
 class LongformerAttention(AttentionKind):
     """The sliding window plus g global tokens (Beltagy et al. 2020, §3.1 "global attention"):
     positions < g attend to every key and every query attends to them. Causal: j ≤ i still
@@ -334,9 +341,9 @@ class LongformerAttention(AttentionKind):
         self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None,
         q_offset: int = 0, dropout_p: float = 0.0,
     ) -> Tensor:  # fmt: skip
-        s = self.spec
+        s = self.cfg
         out = _window_blocks(
-            q, k, v, key_real, q_offset, s.window, s.block, s.causal, dropout_p, s.n_global
+            q, k, v, key_real, q_offset, s.window, s.attn_block, self.causal, dropout_p, s.n_global
         )
         # causal global rows see only earlier keys: the window path is exact for them
         return out if self.causal else _global_rows(out, q, k, v, key_real, s.n_global - q_offset,
@@ -345,7 +352,7 @@ class LongformerAttention(AttentionKind):
     def pattern(
         self, Tq: int, Tk: int, q_offset: int = 0, device: torch.device | None = None
     ) -> Rule:
-        window, g = _window_rule(self.spec.window, False), self.spec.n_global
+        window, g = _window_rule(self.cfg.window, False), self.cfg.n_global
         if self.causal:
             return lambda i, j: (window(i, j) | (j < g)) & (j <= i)
         return lambda i, j: window(i, j) | (j < g) | (i < g)
@@ -378,7 +385,6 @@ def _gather_blocks(x: Tensor, index: Tensor, block: int, n_blocks: int) -> Tenso
     return x.view(B, H, n_blocks, block, d)[:, :, index].flatten(3, 4)
 
 
-@ATTENTION_KINDS.register("bigbird")
 class BigBirdAttention(AttentionKind):
     """Block-sparse attention (Zaheer et al. 2020, §2, Fig. 1) with block size b: each query
     block sees its own and the neighbouring key blocks (window of 3 blocks), the global
@@ -389,14 +395,17 @@ class BigBirdAttention(AttentionKind):
     (B, H, n_blocks, (4 + r)·b, d); the global query rows are computed densely.
     """
 
+    seed = 0  # of the random blocks
+
     def _layout(self, Tq: int, Tk: int, q_offset: int) -> tuple[int, int, int, Tensor]:
         """Queries before q_offset in its block, query and key block counts, and the
         (n, n_sel) key blocks of each query block, padded with n_key_blocks (= none)."""
-        s = self.spec
-        lead = q_offset % s.block  # query blocks start at absolute multiples of the block
-        n, n_kb = -(-(lead + Tq) // s.block), -(-Tk // s.block)
+        s = self.cfg
+        lead = q_offset % s.attn_block  # query blocks start at absolute multiples of the block
+        n, n_kb = -(-(lead + Tq) // s.attn_block), -(-Tk // s.attn_block)
         rows = [
-            _bigbird_key_blocks(q_offset // s.block + i, n_kb, s.causal, s.n_random, s.seed)
+            _bigbird_key_blocks(q_offset // s.attn_block + i, n_kb, self.causal, s.n_random,
+                                self.seed)
             for i in range(n)
         ]
         width = max(len(row) for row in rows)
@@ -408,7 +417,7 @@ class BigBirdAttention(AttentionKind):
         q_offset: int = 0, dropout_p: float = 0.0,
     ) -> Tensor:  # fmt: skip
         B, H, Tq, d = q.shape
-        Tk, b, device = k.size(2), self.spec.block, q.device
+        Tk, b, device = k.size(2), self.cfg.attn_block, q.device
         lead, n, n_kb, index = self._layout(Tq, Tk, q_offset)
         index = index.to(device)  # block n_kb: zeros past the keys, masked
         qb = _windows(q, -lead, b, b, n)  # (B, H, n, b, d)
@@ -431,7 +440,7 @@ class BigBirdAttention(AttentionKind):
     def mask(
         self, Tq: int, Tk: int, q_offset: int = 0, device: torch.device | None = None
     ) -> Tensor:
-        b = self.spec.block
+        b = self.cfg.attn_block
         lead, n, n_kb, index = self._layout(Tq, Tk, q_offset)
         blocks = torch.zeros(n, n_kb + 1, dtype=torch.bool).scatter_(1, index, True)[:, :n_kb]
         pattern = blocks.repeat_interleave(b, 0).repeat_interleave(b, 1)[lead : lead + Tq, :Tk]
@@ -444,7 +453,7 @@ class BigBirdAttention(AttentionKind):
         self, Tq: int, Tk: int, q_offset: int = 0, device: torch.device | None = None
     ) -> Rule:
         """A lookup in the (query block, key block) table of ``_layout``: O(T²/b²) booleans."""
-        b = self.spec.block
+        b = self.cfg.attn_block
         _, n, n_kb, index = self._layout(Tq, Tk, q_offset)
         blocks = torch.zeros(n, n_kb + 1, dtype=torch.bool).scatter_(1, index, True).to(device)
         first = q_offset // b  # the table's row 0 is this absolute query block
@@ -456,7 +465,6 @@ class BigBirdAttention(AttentionKind):
         return rule
 
 
-@ATTENTION_KINDS.register("linformer")
 class LinformerAttention(AttentionKind):
     """Keys and values projected along the sequence to k rows (Wang et al. 2020, eq. 7):
 
@@ -476,17 +484,17 @@ class LinformerAttention(AttentionKind):
         "sliding_window/linear for decoders"
     )
 
-    def __init__(self, spec: KindSpec) -> None:
-        super().__init__(spec)
-        self.E = nn.Parameter(torch.randn(spec.linformer_k, spec.max_len) / spec.linformer_k**0.5)
-        self.F = nn.Parameter(torch.randn(spec.linformer_k, spec.max_len) / spec.linformer_k**0.5)
+    def __init__(self, cfg: ModelConfig, causal: bool) -> None:
+        super().__init__(cfg, causal)
+        self.E = nn.Parameter(torch.randn(cfg.linformer_k, cfg.max_len) / cfg.linformer_k**0.5)
+        self.F = nn.Parameter(torch.randn(cfg.linformer_k, cfg.max_len) / cfg.linformer_k**0.5)
 
     def project(self, k: Tensor, v: Tensor, key_real: Tensor | None) -> tuple[Tensor, Tensor]:
         """E K and F V, (B, H, k, d) each."""
         T = k.size(2)
-        if T > self.spec.max_len:
+        if T > self.cfg.max_len:
             raise ValueError(f"linformer got {T} keys but E, F cover model.max_len="
-                             f"{self.spec.max_len}; raise model.max_len")  # fmt: skip
+                             f"{self.cfg.max_len}; raise model.max_len")  # fmt: skip
         if key_real is not None:
             real = key_real[:, None, :, None].to(k.dtype)
             k, v = k * real, v * real
@@ -512,7 +520,6 @@ def elu_feature_map(x: Tensor) -> Tensor:
     return F.elu(x) + 1
 
 
-@ATTENTION_KINDS.register("linear")
 class LinearAttention(AttentionKind):
     """Kernelised attention (Katharopoulos et al. 2020, eq. 4–6), φ = ``elu_feature_map``:
 

@@ -24,7 +24,6 @@ def default_d_ff(ffn: str, d_model: int) -> int:
     return 4 * d_model
 
 
-@FEEDFORWARDS.register("relu")
 class FeedForward(nn.Module):
     """Two linear maps with an activation between them (ReLU in the paper)."""
 
@@ -40,7 +39,6 @@ class FeedForward(nn.Module):
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
 
 
-@FEEDFORWARDS.register("gelu")
 class GELUFeedForward(FeedForward):
     """FFN with the Gaussian error linear unit (Hendrycks & Gimpel 2016)."""
 
@@ -52,14 +50,12 @@ def gelu_tanh(x: Tensor) -> Tensor:
     return F.gelu(x, approximate="tanh")
 
 
-@FEEDFORWARDS.register("gelu_tanh")
 class GELUTanhFeedForward(FeedForward):
     """FFN with GELU's tanh approximation, GPT-2's and BERT's ``gelu`` (``ffn=gelu`` is exact)."""
 
     activation = staticmethod(gelu_tanh)
 
 
-@FEEDFORWARDS.register("swiglu")
 class SwiGLU(nn.Module):
     """Gated linear unit with Swish gate (Shazeer 2020, "GLU Variants Improve Transformer")."""
 

@@ -14,11 +14,11 @@ adds them together (GPT-J, Wang & Komatsuzaki 2021; PaLM, Chowdhery et al. 2022,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor, nn
 
+from attnlab.errors import ConfigError
 from attnlab.nn.attention import MultiHeadAttention
 from attnlab.nn.attention_kinds import ATTENTION_KINDS
 from attnlab.nn.dropout import Dropout
@@ -27,43 +27,32 @@ from attnlab.nn.kernels import AttentionInputs
 from attnlab.nn.normalization import make_norm
 from attnlab.nn.norms import RESIDUALS, StackDepth
 
+if TYPE_CHECKING:
+    from attnlab.model_config import ModelConfig
 
-@dataclass
-class LayerSpec:
-    """The block options every layer of a stack shares."""
 
-    d_model: int
-    n_heads: int
-    d_ff: int
-    dropout: float = 0.1
-    attn_dropout: float = 0.0
-    norm: str = "post"
-    norm_type: str = "layernorm"
-    ffn: str = "relu"
-    attn_impl: str = "sdpa"
-    depth: StackDepth = StackDepth()  # which stack, how deep the model is (DeepNorm's α)
-    n_kv_heads: int | None = None  # grouped-query attention; None: n_heads
-    qk_norm: bool = False
-    block: str = "sequential"  # sequential | parallel (GPT-J, PaLM)
-    attention_kind: str = "full"  # model.attention, for self-attention
-    kind_spec: Any = None  # its KindSpec (attnlab.nn.attention_kinds)
+ONE_STACK = StackDepth()  # a layer built on its own: the default depth (one decoder layer)
 
-    def residual(self) -> nn.Module:
-        return RESIDUALS.get(self.norm)(self.d_model, self.norm_type, self.dropout, self.depth)
 
-    def attention(self, cross: bool = False) -> MultiHeadAttention:
-        """Self-attention with the stack's attention kind; cross-attention is always full."""
-        kind = None
-        if self.attention_kind != "full" and not cross:
-            kind = ATTENTION_KINDS.get(self.attention_kind)(self.kind_spec)
-        return MultiHeadAttention(
-            self.d_model, self.n_heads, self.attn_dropout, self.attn_impl,
-            n_kv_heads=self.n_kv_heads, qk_norm=self.qk_norm, norm_type=self.norm_type,
-            kind=kind,
-        )  # fmt: skip
+def residual(cfg: ModelConfig, depth: StackDepth) -> nn.Module:
+    """The ``model.norm`` placement around one sublayer."""
+    return RESIDUALS.get(cfg.norm)(cfg.d_model, cfg.norm_type, cfg.dropout, depth)
 
-    def feedforward(self) -> nn.Module:
-        return FEEDFORWARDS.get(self.ffn)(self.d_model, self.d_ff, self.dropout)
+
+def attention(cfg: ModelConfig, causal: bool = False, cross: bool = False) -> MultiHeadAttention:
+    """Self-attention with the ``model.attention`` kind (causal unless a prefix-LM);
+    cross-attention is always full."""
+    kind = None
+    if cfg.attention != "full" and not cross:
+        kind = ATTENTION_KINDS.get(cfg.attention)(cfg, causal and not cfg.prefix_lm)
+    return MultiHeadAttention(
+        cfg.d_model, cfg.n_heads, cfg.attn_dropout, cfg.attn_impl,
+        n_kv_heads=cfg.n_kv_heads, qk_norm=cfg.qk_norm, norm_type=cfg.norm_type, kind=kind,
+    )  # fmt: skip
+
+
+def feedforward(cfg: ModelConfig) -> nn.Module:
+    return FEEDFORWARDS.get(cfg.ffn)(cfg.d_model, cfg.ff_dim, cfg.dropout)
 
 
 class EncoderLayer(nn.Module):
@@ -71,10 +60,10 @@ class EncoderLayer(nn.Module):
 
     cross_attn = None
 
-    def __init__(self, spec: LayerSpec) -> None:
+    def __init__(self, cfg: ModelConfig, depth: StackDepth = ONE_STACK) -> None:
         super().__init__()
-        self.self_attn, self.attn_residual = spec.attention(), spec.residual()
-        self.ffn, self.ffn_residual = spec.feedforward(), spec.residual()
+        self.self_attn, self.attn_residual = attention(cfg), residual(cfg, depth)
+        self.ffn, self.ffn_residual = feedforward(cfg), residual(cfg, depth)
 
     def forward(self, x: Tensor, inputs: AttentionInputs) -> Tensor:
         x = self.attn_residual(x, lambda h: self.self_attn(h, inputs))
@@ -84,12 +73,14 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Masked self-attention, optional cross-attention over the encoder output, FFN."""
 
-    def __init__(self, spec: LayerSpec, cross_attention: bool) -> None:
+    def __init__(
+        self, cfg: ModelConfig, cross_attention: bool, depth: StackDepth = ONE_STACK
+    ) -> None:
         super().__init__()
-        self.self_attn, self.attn_residual = spec.attention(), spec.residual()
-        self.cross_attn = spec.attention(cross=True) if cross_attention else None
-        self.cross_residual = spec.residual() if cross_attention else None
-        self.ffn, self.ffn_residual = spec.feedforward(), spec.residual()
+        self.self_attn, self.attn_residual = attention(cfg, causal=True), residual(cfg, depth)
+        self.cross_attn = attention(cfg, cross=True) if cross_attention else None
+        self.cross_residual = residual(cfg, depth) if cross_attention else None
+        self.ffn, self.ffn_residual = feedforward(cfg), residual(cfg, depth)
 
     def forward(
         self,
@@ -118,11 +109,21 @@ class ParallelLayer(nn.Module):
 
     cross_attn = None
 
-    def __init__(self, spec: LayerSpec) -> None:
+    def __init__(self, cfg: ModelConfig, causal: bool = False) -> None:
         super().__init__()
-        self.norm = make_norm(spec.norm_type, spec.d_model)
-        self.self_attn, self.ffn = spec.attention(), spec.feedforward()
-        self.dropout = Dropout(spec.dropout)
+        self.norm = make_norm(cfg.norm_type, cfg.d_model)
+        self.self_attn, self.ffn = attention(cfg, causal), feedforward(cfg)
+        self.dropout = Dropout(cfg.dropout)
+
+    @classmethod
+    def check_config(cls, cfg: ModelConfig) -> None:
+        """One Pre-LN norm feeds both sublayers, so no other placement applies."""
+        if cfg.norm != "pre":
+            raise ConfigError(
+                f"model.block=parallel shares one Pre-LN norm between attention and the FFN "
+                f"(GPT-J, PaLM); it cannot be combined with model.norm={cfg.norm}: use "
+                "model.norm=pre or model.block=sequential"
+            )
 
     def forward(
         self,

@@ -7,10 +7,8 @@ from torch import nn
 from attnlab.registry import Registry
 
 NORM_TYPES: Registry[type[nn.Module]] = Registry("model.norm_type")
-NORM_TYPES.register("layernorm")(nn.LayerNorm)  # Ba et al. 2016; torch's eps 1e-5
 
 
-@NORM_TYPES.register("rmsnorm")
 class RMSNorm(nn.RMSNorm):
     """x / RMS(x) · g, RMS(x) = √(mean(x²) + ε)  (Zhang & Sennrich 2019).
 

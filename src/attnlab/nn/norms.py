@@ -64,7 +64,6 @@ class Residual(nn.Module):
         raise NotImplementedError
 
 
-@RESIDUALS.register("post")
 class PostNormResidual(Residual):
     """LN(x + Dropout(Sublayer(x))) — the original Transformer."""
 
@@ -72,7 +71,6 @@ class PostNormResidual(Residual):
         return self.norm(x + self.dropout(sublayer(x)))
 
 
-@RESIDUALS.register("pre")
 class PreNormResidual(Residual):
     """x + Dropout(Sublayer(LN(x))) — an identity path from input to output."""
 
@@ -82,7 +80,6 @@ class PreNormResidual(Residual):
         return x + self.dropout(sublayer(self.norm(x)))
 
 
-@RESIDUALS.register("sandwich")
 class SandwichNormResidual(Residual):
     """x + Dropout(LN_out(Sublayer(LN_in(x)))) — bounds what each sublayer adds."""
 
@@ -98,7 +95,6 @@ class SandwichNormResidual(Residual):
         return x + self.dropout(self.out_norm(sublayer(self.norm(x))))
 
 
-@RESIDUALS.register("deepnorm")
 class DeepNormResidual(Residual):
     """LN(α·x + Dropout(Sublayer(x))): Post-LN with an up-weighted residual (Wang et al. 2022).
 

@@ -15,12 +15,16 @@ left-padded batches and cached decoding place every token correctly.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from attnlab.errors import ConfigError
 from attnlab.registry import Registry
+
+if TYPE_CHECKING:
+    from attnlab.model_config import ModelConfig
 
 POSITIONS: Registry[type[Positions]] = Registry("model.pos")
 
@@ -39,6 +43,10 @@ class Positions(nn.Module):
     def __init__(self, d_model: int, n_heads: int, max_len: int, causal: bool) -> None:
         super().__init__()
         self.d_model, self.n_heads, self.max_len, self.causal = d_model, n_heads, max_len, causal
+
+    @classmethod
+    def check_config(cls, cfg: ModelConfig) -> None:
+        """Raise ConfigError for model sizes this scheme cannot encode (before data loads)."""
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         return x
@@ -61,7 +69,6 @@ class Positions(nn.Module):
         return None
 
 
-POSITIONS.register("none")(Positions)
 
 
 def _angles(pos: Tensor, dim: int) -> Tensor:
@@ -70,9 +77,13 @@ def _angles(pos: Tensor, dim: int) -> Tensor:
     return pos.float().unsqueeze(-1) * inv_freq
 
 
-@POSITIONS.register("sinusoidal")
 class SinusoidalPositions(Positions):
     """PE(pos, 2i) = sin(pos/10000^(2i/d_model)), PE(pos, 2i+1) = cos(…)  (§3.5)."""
+
+    @classmethod
+    def check_config(cls, cfg: ModelConfig) -> None:
+        if cfg.d_model % 2:  # a sin and a cos per frequency
+            raise ConfigError(f"model.pos={cfg.pos} needs an even model.d_model")
 
     def encoding(self, pos: Tensor) -> Tensor:
         angles = _angles(pos, self.d_model)
@@ -82,7 +93,6 @@ class SinusoidalPositions(Positions):
         return x + self.encoding(pos).to(x.dtype)
 
 
-@POSITIONS.register("sinusoidal_concat")
 class SinusoidalConcatPositions(SinusoidalPositions):
     """The tensor2tensor layout of the same frequencies: all sines, then all cosines."""
 
@@ -91,7 +101,6 @@ class SinusoidalConcatPositions(SinusoidalPositions):
         return torch.cat((angles.sin(), angles.cos()), dim=-1)
 
 
-@POSITIONS.register("learned")
 class LearnedPositions(Positions):
     """A trained embedding per absolute position (BERT, GPT-2)."""
 
@@ -148,7 +157,6 @@ class GridPositions(Positions):
         return patch // self.columns, patch % self.columns
 
 
-@POSITIONS.register("learned_2d")
 class Learned2DPositions(GridPositions):
     """Learned row and column embeddings of d_model/2 each, concatenated (Dosovitskiy et al.
     2021, App. D.4, "2-dimensional positional embedding"); [CLS] learns its own vector."""
@@ -169,7 +177,6 @@ class Learned2DPositions(GridPositions):
         return x + table.to(x.dtype)
 
 
-@POSITIONS.register("sinusoidal_2d")
 class Sinusoidal2DPositions(GridPositions):
     """Fixed 2-D sinusoids: §3.5's encoding of the row in the first d_model/2 channels and of
     the column in the last d_model/2 (as MAE, He et al. 2022); [CLS] gets zeros."""
@@ -187,12 +194,19 @@ class Sinusoidal2DPositions(GridPositions):
         return x + table.to(x.dtype)
 
 
-@POSITIONS.register("rope")
 class RotaryPositions(Positions):
     """Rotary position embedding (Su et al. 2021): rotate Q and K of every head.
 
     q_mᵀk_n then depends on positions only through m − n.
     """
+
+    @classmethod
+    def check_config(cls, cfg: ModelConfig) -> None:
+        if cfg.d_head % 2:  # rotations act on pairs of a head's dimensions
+            raise ConfigError(
+                f"model.pos=rope needs an even head size, got d_model/n_heads={cfg.d_head}; "
+                "change model.d_model or model.n_heads"
+            )
 
     def rotary(self, pos: Tensor) -> tuple[Tensor, Tensor]:
         angles = _angles(pos, self.d_model // self.n_heads)  # (…, T, d_head/2)
@@ -219,7 +233,6 @@ def alibi_slopes(n_heads: int) -> Tensor:
     return torch.tensor(slopes)
 
 
-@POSITIONS.register("alibi")
 class ALiBiPositions(Positions):
     """Attention with linear biases: score_ij −= m_h · |i − j| (Press et al. 2022)."""
 
@@ -234,7 +247,6 @@ class ALiBiPositions(Positions):
         return -self.slopes.view(1, -1, 1, 1) * distance.unsqueeze(1)  # (B|1, H, Tq, Tk)
 
 
-@POSITIONS.register("t5_relative")
 class T5RelativePositions(Positions):
     """Learned scalar bias per head and relative-distance bucket (Raffel et al. 2020).
 
@@ -272,7 +284,6 @@ class T5RelativePositions(Positions):
         return values.permute(0, 3, 1, 2)  # (B|1, H, Tq, Tk)
 
 
-@POSITIONS.register("xl_relative")
 class XLRelativePositions(Positions):
     """Transformer-XL's relative positional attention (Dai et al. 2019, §3.3):
 

@@ -10,10 +10,6 @@ from attnlab.tasks.language_modeling import LanguageModelTask
 from attnlab.tasks.seq2seq import Seq2SeqTask
 
 TASKS: Registry[type[Task]] = Registry("data task")
-TASKS.register("seq2seq")(Seq2SeqTask)
-TASKS.register("lm")(LanguageModelTask)
-TASKS.register("classification")(ClassificationTask)
-TASKS.register("image_classification")(ImageClassificationTask)
 
 
 def check_compatible(architecture: str, task: str, prefix_lm: bool = False) -> None:
