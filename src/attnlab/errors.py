@@ -17,6 +17,11 @@ class ConfigError(UserError):
     """An invalid configuration value or combination."""
 
 
+class LightningRefusal(ConfigError):
+    """A setting Lightning itself refused (its MisconfigurationException, or a ValueError
+    raised in its own code): the override to fix is the user's."""
+
+
 class DataError(UserError):
     """A missing, empty, unreadable or malformed data file or dataset."""
 

@@ -10,7 +10,7 @@ architecture's ``check`` (:meth:`attnlab.models.interface.Architecture.check`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from attnlab.catalog import MODEL_KEYS, locate, registry
@@ -132,6 +132,18 @@ class ModelConfig:
                 f"{', '.join(sorted(known))}"
             )
         return cls(**values).validated()
+
+    def with_data(self, values: dict[str, Any]) -> ModelConfig:
+        """This (validated) config with the keys only the data knows (``vocab_size``, an
+        image data module's sizes), each checked by its own rule."""
+        unknown = sorted(set(values) - {f.name for f in fields(self)})
+        if unknown:
+            raise ConfigError(f"model.{unknown[0]} is not a model key; remove it")
+        filled = replace(self, **values)
+        for f in fields(filled):
+            if f.name in values and "rule" in f.metadata:
+                f.metadata["rule"](f.name, values[f.name])
+        return filled
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -23,16 +23,22 @@ import lightning as L
 import torch
 from torch import Tensor
 
+from attnlab.callbacks.outcome import Outcome
+
 
 class DivergenceGuard(L.Callback):
     """Mark the run ``diverged`` and stop at the first non-finite (or exploding) loss.
 
-    Sets ``trainer.attnlab_status = "diverged"`` and ``trainer.attnlab_error``
-    (e.g. ``"non-finite loss at step 3"``, the 0-based optimizer step), which
-    ``attnlab.train`` writes into summary.json; that step's update is skipped.
+    Reports ``diverged`` and why (e.g. ``"non-finite loss at step 3"``, the 0-based
+    optimizer step) to the run's ``Outcome``, which the run's record writes into
+    summary.json; that step's update is skipped.
     """
 
-    def __init__(self, max_ratio: float | None = None, warmup_steps: int = 100) -> None:
+    run_inputs = ("outcome",)  # what the run hands it (attnlab.cli.components)
+
+    def __init__(self, max_ratio: float | None = None, warmup_steps: int = 100,
+                 outcome: Outcome | None = None) -> None:  # fmt: skip
+        self.outcome = outcome if outcome is not None else Outcome()
         if max_ratio is not None and max_ratio <= 1:
             raise ValueError(f"max_ratio={max_ratio} must be > 1 (or null: finiteness only)")
         self.max_ratio = max_ratio
@@ -76,9 +82,8 @@ class DivergenceGuard(L.Callback):
             param.grad = None  # the optimizer skips this update; weights stay the last good ones
         if self.reason is None:
             self.reason = reason
-            trainer.attnlab_status = "diverged"  # type: ignore[attr-defined]
-            trainer.attnlab_error = (  # type: ignore[attr-defined]
-                f"{reason}; lower optim.lr, raise optim.warmup_steps or clip gradients"
+            self.outcome.stop(
+                "diverged", f"{reason}; lower optim.lr, raise optim.warmup_steps or clip gradients"
             )
         trainer.should_stop = True
 

@@ -189,6 +189,8 @@ class ContinuedCSVLogger(CSVLogger):
     starts the file afresh, silently.
     """
 
+    run_inputs = ("resume_step",)  # what the run hands it (attnlab.cli.components)
+
     def __init__(self, *args: Any, resume_step: int | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.resume_step = resume_step

@@ -3,7 +3,8 @@
 A signal arriving in the middle of an optimiser step would leave half-updated
 weights, so the handler only records it; the run stops at the next step
 boundary, writes ``checkpoints/last.ckpt`` there (resumable with
-``ckpt_path=last``), and ``attnlab.train`` records the status in summary.json.
+``ckpt_path=last``), and reports the status to the run's ``Outcome``, which the run's
+record writes into summary.json.
 
 * SIGINT (Ctrl-C): ``interrupted``. A second Ctrl-C stops at once, as usual.
 * SIGUSR1, SIGUSR2, SIGTERM: ``preempted`` — what SLURM sends before a time limit
@@ -28,6 +29,8 @@ from typing import Any
 
 import lightning as L
 
+from attnlab.callbacks.outcome import Outcome
+
 STATUS_OF_SIGNAL = {signal.SIGINT: "interrupted", signal.SIGTERM: "preempted"}
 for _name in ("SIGUSR1", "SIGUSR2"):
     if hasattr(signal, _name):
@@ -37,13 +40,14 @@ for _name in ("SIGUSR1", "SIGUSR2"):
 class GracefulStop(L.Callback):
     """Turns SIGINT/SIGTERM/SIGUSR1 during ``fit`` into a checkpoint and a clean stop."""
 
-    handed_over = False  # set when a previous handler (submitit's requeue) took over
+    run_inputs = ("outcome",)  # what the run hands it (attnlab.cli.components)
 
-    def __init__(self, check_every_n_steps: int = 10) -> None:
+    def __init__(self, check_every_n_steps: int = 10, outcome: Outcome | None = None) -> None:
         """``check_every_n_steps``: under DDP the ranks agree on stopping (an all-reduce and
         a host sync) every N optimizer steps, not every batch; a cluster's warning comes
-        tens of seconds ahead (``--signal=USR1@90``). One process checks every batch."""
-        GracefulStop.handed_over = False
+        tens of seconds ahead (``--signal=USR1@90``). One process checks every batch.
+        ``outcome``: where the stop is reported (the run's; its own when built alone)."""
+        self.outcome = outcome if outcome is not None else Outcome()
         self.status: str | None = None
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
@@ -82,15 +86,13 @@ class GracefulStop(L.Callback):
             self.status = self.status or ("preempted" if stop else None)
         if self.status is None:
             return
-        trainer.attnlab_status = self.status  # type: ignore[attr-defined]
-        trainer.attnlab_error = (  # type: ignore[attr-defined]
-            f"{self.status} at step {trainer.global_step}; continue with ckpt_path=last"
-        )
+        where = f"{self.status} at step {trainer.global_step}"
+        self.outcome.stop(self.status, f"{where}; continue with ckpt_path=last")
         trainer.save_checkpoint(self.last_path(trainer))
         trainer.should_stop = True
         previous = self._previous.get(self.signum) if self.signum is not None else None
         if callable(previous) and previous is not signal.default_int_handler:
-            GracefulStop.handed_over = True
+            self.outcome.handed_over = True
             self._restore()
             previous(self.signum, None)  # e.g. submitit: requeue this job, then exit
 

@@ -18,11 +18,14 @@ from lightning.pytorch.loggers import CSVLogger, Logger
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.callbacks.divergence import DivergenceGuard
+from attnlab.callbacks.outcome import Outcome
 from attnlab.callbacks.progress import ValidateAtMaxSteps
 from attnlab.callbacks.resume import AtomicCheckpointIO, ContinuedCSVLogger, RngState
 from attnlab.callbacks.stop import GracefulStop
+from attnlab.cli.components import component_class, needs_of, supplied
 from attnlab.data.base import AttnlabDataModule
 from attnlab.errors import CheckpointError, ConfigError, UserError
+from attnlab.model_config import ModelConfig
 from attnlab.tasks import Task, check_compatible, task_class
 
 
@@ -43,11 +46,12 @@ def container(node: Any) -> dict[str, Any]:
     return OmegaConf.to_container(node, resolve=True) if node is not None else {}  # type: ignore[return-value]
 
 
-def check_config(cfg: DictConfig, source: str = "the config") -> None:
-    """Allowlisted ``_target_`` values, then every key's type and range, before any data loads."""
+def check_config(cfg: DictConfig, source: str = "the config") -> ModelConfig:
+    """Allowlisted ``_target_`` values, then every key's type and range, before any data
+    loads; the checked ModelConfig, for :func:`build_task` to fill in from the data."""
     from attnlab.cli.schema import check_run_config
 
-    check_run_config(cfg, source)
+    return check_run_config(cfg, source)
 
 
 def build_data(cfg: DictConfig) -> AttnlabDataModule:
@@ -124,7 +128,7 @@ def shards(trainer: Any) -> int:
     return max(count, 1) * max(int(trainer.get("num_nodes", 1) or 1), 1)
 
 
-def check_memory(model: dict[str, Any], accelerator: str, task: str | None = None,
+def check_memory(model: dict[str, Any] | ModelConfig, accelerator: str, task: str | None = None,
                  sharded_over: int = 1) -> None:  # fmt: skip
     """Refuse, with the numbers, a model whose training state cannot fit before allocating it.
 
@@ -134,17 +138,18 @@ def check_memory(model: dict[str, Any], accelerator: str, task: str | None = Non
     """
     import torch
 
-    from attnlab.models import ModelConfig, build_model
+    from attnlab.models import build_model
 
-    with torch.device("meta"):
-        params = build_model(ModelConfig.from_dict(model), task).num_params()
+    cfg = model if isinstance(model, ModelConfig) else ModelConfig.from_dict(model)
+    with torch.device("meta"):  # shapes only: no weights allocated, no random numbers drawn
+        params = build_model(cfg, task).num_params()
     need = params * TRAINING_BYTES_PER_PARAM / max(sharded_over, 1)
     have = available_memory(accelerator)
     if have is not None and need > have[0]:
         gib = 2**30
         share = f", sharded over {sharded_over} devices" if sharded_over > 1 else ""
         raise ConfigError(
-            f"model.d_model={model['d_model']}, model.n_layers={model['n_layers']} give "
+            f"model.d_model={cfg.d_model}, model.n_layers={cfg.n_layers} give "
             f"{params / 1e9:.2f} G parameters, which need at least {need / gib:.1f} GiB for "
             f"weights, gradients and AdamW state ({TRAINING_BYTES_PER_PARAM} bytes each"
             f"{share}), but {have[0] / gib:.1f} GiB is {have[1]}; choose a smaller "
@@ -187,10 +192,17 @@ def model_settings(cfg: DictConfig, datamodule: AttnlabDataModule) -> dict[str, 
     return {**container(cfg.model), "vocab_size": datamodule.vocab_size, **inputs}
 
 
-def build_task(cfg: DictConfig, datamodule: AttnlabDataModule) -> Task:
+def build_task(
+    cfg: DictConfig, datamodule: AttnlabDataModule, checked: ModelConfig | None = None
+) -> Task:
+    """The task and its model. ``checked``: the ModelConfig :func:`check_config` returned,
+    which only the data's values are added to (else the settings are checked here)."""
     model = model_settings(cfg, datamodule)
+    data_keys = ("vocab_size", *(getattr(datamodule, "model_inputs", None) or {}))
+    model_cfg = (checked.with_data({k: model[k] for k in data_keys}) if checked is not None
+                 else ModelConfig.from_dict(model))  # fmt: skip
     accelerator = str(cfg.trainer.get("accelerator", "cpu"))
-    check_memory(model, accelerator, datamodule.task, shards(cfg.trainer))
+    check_memory(model_cfg, accelerator, datamodule.task, shards(cfg.trainer))
     check_flex(model, accelerator, bool(cfg.get("train", True)))
     task = task_class(datamodule.task)(
         model=model,
@@ -199,6 +211,7 @@ def build_task(cfg: DictConfig, datamodule: AttnlabDataModule) -> Task:
         decode=container(cfg.get("decode")),
         num_classes=datamodule.num_classes,
         seed=int(cfg.seed),
+        model_config=model_cfg,
     )
     check_positions(task, datamodule)
     if data_parallel(cfg.trainer) and datamodule.task == "classification":
@@ -269,20 +282,25 @@ def check_positions(task: Task, datamodule: AttnlabDataModule) -> None:
         )
 
 
-def build_callbacks(cfg: DictConfig) -> list[L.Callback]:
-    """The configured callbacks, plus the three every run needs whatever is configured:
+def build_callbacks(cfg: DictConfig, outcome: Outcome | None = None) -> list[L.Callback]:
+    """The configured callbacks, plus the ones every run needs whatever is configured:
     random states in checkpoints (exact resume), a stop on a NaN/inf loss, and a clean
-    stop with a checkpoint on Ctrl-C or a cluster's preemption signal."""
+    stop with a checkpoint on Ctrl-C or a cluster's preemption signal. ``outcome``: where
+    the callbacks that can end the run early report it (``run_inputs``)."""
+    run = {"outcome": outcome if outcome is not None else Outcome()}
     nodes = cfg.get("callbacks") or {}
     bar = cfg.trainer.get("enable_progress_bar", True) and not cfg.trainer.get("fast_dev_run")
-    callbacks = [
-        build(node, f"callbacks.{name}")
-        for name, node in nodes.items()
-        if node and "_target_" in node and (bar or "ProgressBar" not in str(node._target_))
-    ]
+    callbacks = []
+    for name, node in nodes.items():
+        if not node or "_target_" not in node:
+            continue
+        needs = needs_of(component_class(node))
+        if needs.with_progress_bar and not bar:
+            continue
+        callbacks.append(build(node, f"callbacks.{name}", **supplied(needs, run)))
     for required in (RngState, DivergenceGuard, GracefulStop, ValidateAtMaxSteps):
         if not any(isinstance(c, required) for c in callbacks):
-            callbacks.append(required())
+            callbacks.append(required(**supplied(needs_of(required), run)))
     return callbacks
 
 
@@ -292,19 +310,18 @@ def build_loggers(cfg: DictConfig, run_dir: Path, resume_step: int | None = None
     ``resume_step``: the step of the checkpoint this run continues; metrics.csv keeps
     its rows up to that step instead of being started anew.
     """
-    from attnlab.cli.wandb_setup import prepare_wandb
+    from attnlab.catalog import locate
 
+    run = {"resume_step": resume_step}
     loggers: list[Logger] = []
     for name, node in (cfg.get("logger") or {}).items():
         if not node or "_target_" not in node:
             continue
-        target = str(node["_target_"])
-        if "Wandb" in target:
-            loggers.append(prepare_wandb(cfg, node, run_dir))
-        elif target.endswith("ContinuedCSVLogger"):
-            loggers.append(build(node, f"logger.{name}", resume_step=resume_step))
+        needs = needs_of(component_class(node))
+        if needs.factory is not None:
+            loggers.append(locate(needs.factory)(cfg, node, run_dir))
         else:
-            loggers.append(build(node, f"logger.{name}"))
+            loggers.append(build(node, f"logger.{name}", **supplied(needs, run)))
     if not any(isinstance(lg, CSVLogger) for lg in loggers):
         csv = ContinuedCSVLogger(str(run_dir), name="", version="", resume_step=resume_step)
         loggers.insert(0, csv)

@@ -202,7 +202,7 @@ def check_top_level(cfg: dict[str, Any]) -> None:
             raise ConfigError(f"paths.{key}={value} must be a directory path")
 
 
-def check_cheap(cfg: dict[str, Any]) -> None:
+def check_cheap(cfg: dict[str, Any]) -> Any:
     """What needs neither Lightning nor the data modules: top level, model, optim, task, decode.
 
     The checks that import nothing heavy come first, the registry names read from source
@@ -217,11 +217,11 @@ def check_cheap(cfg: dict[str, Any]) -> None:
     check_dataclass(DecodeConfig, cfg.get("decode") or {}, "decode.")
     from attnlab.model_config import ModelConfig
 
-    model = {**(cfg.get("model") or {}), "vocab_size": 1}
-    check_dataclass(ModelConfig, model, "model.").validated()
+    model = {**(cfg.get("model") or {}), "vocab_size": 1}  # the data fills it in
+    return check_dataclass(ModelConfig, model, "model.").validated()
 
 
-def check_run_config(cfg: Any, source: str) -> None:
+def check_run_config(cfg: Any, source: str) -> Any:
     """A composed (or saved) config: allowlisted ``_target_`` values first, then every key.
 
     ``source`` names where the config came from, for the error line.
@@ -229,7 +229,7 @@ def check_run_config(cfg: Any, source: str) -> None:
     from attnlab.cli.targets import check_targets
 
     check_targets(cfg, source)
-    check_all(plain_config(cfg))
+    return check_all(plain_config(cfg))
 
 
 def plain_config(cfg: Any) -> dict[str, Any]:
@@ -252,11 +252,13 @@ def plain_config(cfg: Any) -> dict[str, Any]:
     return out
 
 
-def check_all(cfg: dict[str, Any]) -> None:
+def check_all(cfg: dict[str, Any]) -> Any:
     """Every section, the ones that need no Lightning first (so most typos fail fast);
-    ``cfg`` is the resolved config as plain containers."""
-    check_cheap(cfg)
+    ``cfg`` is the resolved config as plain containers. Returns the checked ModelConfig
+    (its ``vocab_size`` and image sizes are the data's to fill in)."""
+    model = check_cheap(cfg)
     if isinstance(cfg.get("data"), dict):
         check_data(cfg["data"])
     if isinstance(cfg.get("trainer"), dict):
         check_trainer(cfg["trainer"])
+    return model

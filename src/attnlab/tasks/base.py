@@ -88,10 +88,13 @@ class Task(L.LightningModule):
         decode: dict[str, Any] | None = None,
         num_classes: int | None = None,
         seed: int = 0,
+        model_config: ModelConfig | None = None,
     ) -> None:
+        """``model``: the ``model.*`` settings (saved with the checkpoint); ``model_config``:
+        the same, already checked (a run passes it, so the config is validated once)."""
         super().__init__()
-        self.save_hyperparameters()
-        self.model_cfg = ModelConfig.from_dict(dict(model))
+        self.save_hyperparameters(ignore=["model_config"])
+        self.model_cfg = model_config or ModelConfig.from_dict(dict(model))
         self.optim_cfg = OptimConfig(**(optim or {}))
         self.task_cfg = TaskConfig(**(task or {}))
         self.decode_cfg = DecodeConfig(**(decode or {}))

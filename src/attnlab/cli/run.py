@@ -1,0 +1,303 @@
+"""One training run: build, fit and test it, and keep its record.
+
+:class:`RunRecord` owns what a run leaves behind and tells: its status and error (the
+callbacks that end a run early report to its :class:`~attnlab.callbacks.outcome.Outcome`),
+``summary.json``, the lines it prints and the exit code. :func:`train` builds the data,
+task, callbacks, loggers and trainer from the composed config and fits and tests. Whether
+an error is the user's to fix is decided by its type (:func:`as_user_error`). Nothing
+heavy is imported until a run starts, so ``attnlab-train --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from attnlab.callbacks.outcome import Outcome
+from attnlab.cli.common import fail
+from attnlab.errors import ConfigError, LightningRefusal, UserError
+
+# exit codes of a run that did not complete (a sweep with such a job exits 1)
+EXIT_CODES = {"failed": 1, "diverged": 1, "interrupted": 130, "preempted": 143}
+
+
+LIGHTNING_PACKAGES = ("lightning", "lightning_fabric", "pytorch_lightning")
+
+
+def lightning_refusal(exc: BaseException) -> LightningRefusal | None:
+    """``exc`` as a setting Lightning refused: its MisconfigurationException, or a ValueError
+    raised by Lightning's own code (the module of the innermost frame)."""
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    module = "" if tb is None else str(tb.tb_frame.f_globals.get("__name__", ""))
+    in_lightning = module.partition(".")[0] in LIGHTNING_PACKAGES
+    if isinstance(exc, MisconfigurationException) or (isinstance(exc, ValueError) and in_lightning):
+        reason = " ".join(str(exc).split())
+        return LightningRefusal(
+            f"Lightning refused a setting: {reason}; fix that override (trainer.*, logger.*)"
+        )
+    return None
+
+
+def as_user_error(exc: BaseException, run_dir: Path | None = None) -> UserError | None:
+    """``exc`` as a UserError when the user can fix it, else None (a crash): attnlab's own
+    UserErrors, a write that failed for want of space or permission, a setting Lightning
+    refused."""
+    from attnlab.cli.rundir import disk_error
+
+    if isinstance(exc, UserError):
+        return exc
+    if isinstance(exc, OSError):
+        message = disk_error(exc, run_dir)
+        return ConfigError(message) if message else None
+    return lightning_refusal(exc)
+
+
+class RunRecord:
+    """What one run (a Hydra job) records and says: status, summary.json, lines, exit code."""
+
+    def __init__(self, cfg: Any, hydra_cfg: Any) -> None:
+        from hydra.types import RunMode
+        from omegaconf import OmegaConf
+
+        self.hydra_cfg = hydra_cfg
+        self.run_dir = Path(hydra_cfg.runtime.output_dir)
+        self.multirun = hydra_cfg.mode == RunMode.MULTIRUN
+        self.overrides = list(hydra_cfg.overrides.task)
+        self.started = time.perf_counter()
+        self.result: dict[str, Any] = {"status": "failed", "error": None, "metrics": {}}
+        self.outcome = Outcome()  # the callbacks that end a run early report here
+        self.quiet = False  # side-by-side sweep jobs: one line each
+        try:
+            self.config = OmegaConf.to_container(cfg, resolve=True)
+        except Exception:  # an unresolvable value is reported by the build
+            self.config = OmegaConf.to_container(cfg, resolve=False)
+
+    @property
+    def job(self) -> Any:
+        """The job's number in its sweep (a single run has none)."""
+        return self.hydra_cfg.job.num
+
+    # the lines it prints
+    def say_job(self, what: str, flush: bool = False) -> None:
+        from attnlab.cli.console import job_line
+
+        print(job_line(self.job, self.overrides, what), flush=flush)
+
+    def say_job_error(self, text: str) -> None:
+        print(f"error: job {self.job}: {text}", file=sys.stderr)
+
+    def say_start(self) -> None:
+        from attnlab.cli.console import print_config_tree
+        from attnlab.cli.rundir import is_primary_process
+
+        if self.quiet:
+            self.say_job(f"started in {self.run_dir}", flush=True)
+        elif not self.multirun and is_primary_process():
+            print_config_tree(self.config)
+            print(f"run directory: {self.run_dir}", flush=True)
+
+    def say_end(self) -> None:
+        from attnlab.cli.wandb_setup import sync_hint
+
+        result = self.result
+        if self.quiet:
+            shown = " ".join(f"{k}={v:.4g}" for k, v in sorted(result["metrics"].items())
+                             if k.startswith("val/"))  # fmt: skip
+            self.say_job(f"{result['status']} {shown}", flush=True)
+        if not self.multirun:
+            shown = ", ".join(f"{k}={v:.4g}" for k, v in sorted(result["metrics"].items())
+                              if "/" in k and not k.startswith("train/"))  # fmt: skip
+            best = result.get("best_ckpt") or self.run_dir / "checkpoints" / "last.ckpt"
+            print(f"run directory: {self.run_dir}")
+            print(f"checkpoint:    {best}")
+            print(f"summary:       {self.run_dir / 'summary.json'}  [{result['status']}] {shown}")
+            hint = sync_hint(self.run_dir)
+            if hint:
+                print(f"W&B (offline): {hint}")
+
+    # the file it leaves
+    def write_summary(self) -> str | None:
+        """Write summary.json (rank 0); the one-line error when a full or read-only disk
+        prevents it (a caller that is already reporting another error keeps that one)."""
+        from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+        from attnlab.callbacks.summary import write_summary
+        from attnlab.cli.rundir import disk_error
+
+        if rank_zero_only.rank != 0:
+            return None
+        result = self.result
+        try:
+            write_summary(
+                self.run_dir, status=result["status"], error=result["error"],
+                overrides=self.overrides, config=self.config, metrics=result["metrics"],
+                task=result.get("task"), params=result.get("params"),
+                tokens_per_sec=result.get("tokens_per_sec"), tokens=result.get("tokens"),
+                flops=result.get("flops"), wall_s=round(time.perf_counter() - self.started, 3),
+                **{k: result[k] for k in ("stopped_at_step", "bleu_signature") if k in result},
+            )  # fmt: skip
+        except OSError as exc:  # a full or read-only disk: say so, keep the original error
+            print(f"warning: summary.json not written: {exc}", file=sys.stderr)
+            return disk_error(exc, self.run_dir) or f"summary.json not written: {exc}"
+        return None
+
+    # the run
+    def run(self, cfg: Any) -> float | None:
+        """Train (or skip or continue a sweep's job), record it, and end as its status says:
+        the value a search sweeper optimises, or SystemExit with the run's exit code."""
+        import os
+
+        from omegaconf import open_dict
+
+        from attnlab.cli.console import parallel_launcher
+        from attnlab.cli.resume_sweep import decide, recorded_value
+
+        metric = str(cfg.get("optimized_metric", "val/loss"))
+        # a job that SLURM requeued (submitit, after a preemption or its time limit) continues
+        requeued = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0
+        if self.multirun and (cfg.get("resume") or requeued):
+            action = decide(self.run_dir, bool(cfg.get("retry_failed")))
+            if action == "skip":
+                self.say_job(f"kept from earlier ({self.run_dir})")
+                return recorded_value(self.run_dir, metric)
+            if action == "resume":
+                self.say_job("continues from its last.ckpt")
+                with open_dict(cfg):
+                    cfg.ckpt_path = "last"  # this job's own checkpoints/last.ckpt
+        self.quiet = self.multirun and parallel_launcher(self.hydra_cfg)
+        if self.quiet:  # side-by-side jobs: one line each instead of bars overwriting each other
+            with open_dict(cfg):
+                cfg.trainer.enable_progress_bar = False
+        self.say_start()
+        self._train(cfg)
+        unwritten = self.write_summary()
+        if unwritten is not None:  # the run's record could not be written: say so, exit 2
+            if not self.multirun:
+                fail(unwritten)
+            self.say_job_error(unwritten)
+        self.say_end()
+        return self.exit_value(metric)
+
+    def _train(self, cfg: Any) -> None:
+        """``train``, with every way it can end recorded: a stop, a user's error, a crash."""
+        result = self.result
+        try:
+            result.update(train(cfg, self.run_dir, banner=not self.quiet, outcome=self.outcome))
+        except (KeyboardInterrupt, SystemExit) as exc:
+            if isinstance(exc, SystemExit) and exc.code == 2:
+                raise  # a one-line error already printed
+            if self.outcome.handed_over:  # the cluster's handler requeued the job and exits
+                result.update(status="preempted", error="preempted; requeued from last.ckpt")
+                self.write_summary()
+                raise
+            result.update(status="interrupted", error="interrupted (a second Ctrl-C) mid-step")
+            self.write_summary()
+            raise SystemExit(EXIT_CODES["interrupted"]) from None
+        except Exception as exc:
+            user = as_user_error(exc, self.run_dir)
+            if user is not None:  # the user's to fix: one line (a sweep goes on)
+                result["error"] = str(user)
+                if not self.multirun:
+                    self.write_summary()
+                    fail(str(user))
+                self.say_job_error(" ".join(str(user).split()))
+            else:  # a crash (OOM, bug) is recorded, not hidden
+                result["error"] = f"{type(exc).__name__}: {exc}"
+                if not self.multirun:
+                    self.write_summary()
+                    raise
+                traceback.print_exc()
+
+    def exit_value(self, metric: str) -> float | None:
+        """SystemExit for a run that did not complete (a stop ends a whole sweep); else the
+        optimised metric for search sweepers (Optuna), None for a failed trial."""
+        status = self.result["status"]
+        if status in ("interrupted", "preempted"):  # the whole command stops, sweeps too
+            print(f"{status}: {self.result.get('error')}; {self.run_dir}", file=sys.stderr)
+            raise SystemExit(EXIT_CODES[status])
+        if not self.multirun and status != "completed":
+            raise SystemExit(EXIT_CODES[status])
+        value = self.result["metrics"].get(metric)
+        if status != "completed" or value is None or value != value:
+            return None
+        return float(value)
+
+
+def train(
+    cfg: Any, run_dir: Path, banner: bool = False, outcome: Outcome | None = None
+) -> dict[str, Any]:
+    """Build everything from the config, fit, test; return status and metrics. ``outcome``:
+    where the callbacks that end a run early report (the run record's)."""
+    import lightning as L
+
+    from attnlab.cli import pipeline
+    from attnlab.cli.wandb_setup import ModelSizeInConfig, finish_wandb, uses_wandb
+
+    model_cfg = pipeline.check_config(cfg)
+    L.seed_everything(int(cfg.seed), workers=True, verbose=False)
+    datamodule = pipeline.build_data(cfg)
+    task = pipeline.build_task(cfg, datamodule, model_cfg)
+    resume_from = pipeline.checkpoint_to_resume(cfg, run_dir)
+    resume_step = None  # None: a fresh metrics.csv; a step: keep the rows up to it
+    if resume_from:
+        step = pipeline.check_resumable(task, resume_from)
+        resume_step = sys.maxsize if step is None else step
+    outcome = outcome if outcome is not None else Outcome()
+    callbacks = pipeline.build_callbacks(cfg, outcome)
+    loggers = pipeline.build_loggers(cfg, run_dir, resume_step)
+    if uses_wandb(loggers):
+        callbacks.append(ModelSizeInConfig())
+    out: dict[str, Any] = {"status": "failed"}
+    try:
+        trainer = pipeline.build_trainer(cfg, run_dir, callbacks, loggers)
+        if banner and trainer.is_global_zero:
+            print(f"parameters:    {task.model.num_params():,}\n"
+                  f"device:        {trainer.strategy.root_device} × {trainer.world_size} "
+                  f"({trainer.precision} precision)", flush=True)  # fmt: skip
+        if trainer.is_global_zero:
+            datamodule.save_tokenizer(run_dir)
+        out = _fit_and_test(cfg, trainer, task, datamodule, resume_from, outcome)
+        out.update(task=datamodule.task, params=task.model.num_params())
+        return out
+    finally:
+        finish_wandb(loggers, out["status"])
+
+
+def _fit_and_test(cfg: Any, trainer: Any, task: Any, datamodule: Any, resume_from: str | None,
+                  outcome: Outcome) -> dict[str, Any]:  # fmt: skip
+    from attnlab.callbacks.throughput import TokenThroughput
+    from attnlab.cli import pipeline
+
+    metrics: dict[str, float] = {}
+    if cfg.get("train", True):
+        trainer.fit(task, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
+        if resume_from:  # a fit with nothing left to do logs nothing: keep what was logged
+            metrics.update(pipeline.last_logged(trainer))
+        metrics.update(pipeline.scalar_metrics(trainer.callback_metrics))
+    status = outcome.status or "completed"
+    best = pipeline.best_checkpoint(trainer)
+    if cfg.get("test", True) and status == "completed":
+        pipeline.test_without_repeats(datamodule)
+        trainer.test(task, datamodule=datamodule, ckpt_path=best, weights_only=True)
+        metrics.update(pipeline.scalar_metrics(trainer.callback_metrics))
+    throughput = next((c for c in trainer.callbacks if isinstance(c, TokenThroughput)), None)
+    counted = throughput is not None and throughput.counts_flops
+    out = {"status": status, "metrics": metrics, "best_ckpt": best,
+           "tokens_per_sec": throughput.tokens_per_sec if throughput else None,
+           "tokens": throughput.seen_tokens if throughput else None,
+           "flops": throughput.seen_flops if counted else None}  # fmt: skip
+    from attnlab.tasks.seq2seq import bleu_signature, reports_bleu
+
+    if reports_bleu(metrics):
+        out["bleu_signature"] = bleu_signature()
+    if status != "completed":
+        out["error"] = outcome.error
+        out["stopped_at_step"] = trainer.global_step
+    return out
