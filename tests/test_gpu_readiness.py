@@ -62,6 +62,31 @@ def test_a_model_that_fits_when_sharded_is_not_refused(monkeypatch: pytest.Monke
         pipeline.check_memory(model, "gpu", "lm", sharded_over=2)
 
 
+def test_the_run_builds_its_model_once_and_refuses_it_while_building(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from attnlab.models import ModelConfig, build_model
+
+    cfg = ModelConfig.from_dict({"name": "decoder_only", "d_model": 64, "n_heads": 4,
+                                 "n_layers": 2, "vocab_size": 100})  # fmt: skip
+    torch.manual_seed(0)
+    expected = build_model(cfg, "lm").state_dict()
+    params = sum(v.numel() for v in expected.values())
+    need = params * pipeline.TRAINING_BYTES_PER_PARAM
+    monkeypatch.setattr(pipeline, "available_memory", lambda accelerator: (need * 2, "free"))
+    builds = []
+    monkeypatch.setattr("attnlab.models.build_model",
+                        lambda *a: builds.append(a) or build_model(*a))  # fmt: skip
+    torch.manual_seed(0)
+    model = pipeline.build_model_within_memory(cfg, "lm", "gpu")
+    assert len(builds) == 1  # the run's one build: the same weights as a plain build
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, expected[name]), name
+    monkeypatch.setattr(pipeline, "available_memory", lambda accelerator: (need // 4, "free"))
+    with pytest.raises(ConfigError, match=f"{params / 1e9:.2f} G parameters, which need at least"):
+        pipeline.build_model_within_memory(cfg, "lm", "gpu")
+
+
 def test_is_primary_process_reads_slurm_procid(monkeypatch: pytest.MonkeyPatch) -> None:
     """submitit and srun start every task themselves: only task 0 writes train.log."""
     from attnlab.cli.rundir import is_primary_process

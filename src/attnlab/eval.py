@@ -106,10 +106,10 @@ def evaluate(
 
     checkpoint = read_checkpoint(ckpt)  # a broken file or device fails before data loads
     trainer = build_trainer(cfg, overrides, split)
-    pipeline.check_config(cfg)
+    model_cfg = pipeline.check_config(cfg)
     L.seed_everything(int(cfg.seed), verbose=False)
     datamodule = pipeline.build_data(cfg)
-    task = pipeline.build_task(cfg, datamodule)
+    task = pipeline.build_task(cfg, datamodule, model_cfg)
     saved = (checkpoint.get("hyper_parameters") or {}).get("model")
     load_weights(task, checkpoint["state_dict"], ckpt, saved, dict(task.hparams.model))
     if buckets is not None:

@@ -157,6 +157,48 @@ def check_memory(model: dict[str, Any] | ModelConfig, accelerator: str, task: st
         )
 
 
+class _OverBudget(Exception):
+    """The parameters registered so far already pass the memory budget."""
+
+
+def build_model_within_memory(model_cfg: ModelConfig, task: str, accelerator: str,
+                              sharded_over: int = 1) -> Any:  # fmt: skip
+    """The run's model, built once; refused in :func:`check_memory`'s words as soon as the
+    parameters registered while it is built need more memory than there is, so a model that
+    cannot fit never holds more than the device's free memory in weights."""
+    import torch
+    from torch.nn.modules.module import register_module_parameter_registration_hook
+
+    from attnlab.models import build_model
+
+    have = available_memory(accelerator)
+    if have is None:
+        return build_model(model_cfg, task)
+    budget = have[0] * max(sharded_over, 1) / TRAINING_BYTES_PER_PARAM  # parameters
+    seen: set[int] = set()
+    total = 0
+
+    def tally(module: Any, name: str, param: Any) -> None:
+        nonlocal total
+        if param is not None and id(param) not in seen:
+            seen.add(id(param))
+            total += param.numel()
+            if total > budget:
+                raise _OverBudget
+
+    rng = torch.random.get_rng_state()
+    handle = register_module_parameter_registration_hook(tally)
+    try:
+        return build_model(model_cfg, task)
+    except _OverBudget:
+        pass
+    finally:
+        handle.remove()
+    check_memory(model_cfg, accelerator, task, sharded_over)  # the exact count: the refusal
+    torch.random.set_rng_state(rng)  # a parameter replaced while building was counted twice
+    return build_model(model_cfg, task)
+
+
 def check_flex(model: dict[str, Any], accelerator: str, train: bool) -> None:
     """model.attn_impl=flex trains only on CUDA: torch has no FlexAttention backward on CPU."""
     import torch
@@ -202,9 +244,11 @@ def build_task(
     model_cfg = (checked.with_data({k: model[k] for k in data_keys}) if checked is not None
                  else ModelConfig.from_dict(model))  # fmt: skip
     accelerator = str(cfg.trainer.get("accelerator", "cpu"))
-    check_memory(model_cfg, accelerator, datamodule.task, shards(cfg.trainer))
+    task_cls = task_class(datamodule.task)
+    architecture = build_model_within_memory(model_cfg, task_cls.kind, accelerator,
+                                             shards(cfg.trainer))  # fmt: skip
     check_flex(model, accelerator, bool(cfg.get("train", True)))
-    task = task_class(datamodule.task)(
+    task = task_cls(
         model=model,
         optim=container(cfg.optim),
         task=container(cfg.get("task")),
@@ -212,6 +256,7 @@ def build_task(
         num_classes=datamodule.num_classes,
         seed=int(cfg.seed),
         model_config=model_cfg,
+        architecture=architecture,
     )
     check_positions(task, datamodule)
     if data_parallel(cfg.trainer) and datamodule.task == "classification":

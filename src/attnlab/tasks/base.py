@@ -89,17 +89,21 @@ class Task(L.LightningModule):
         num_classes: int | None = None,
         seed: int = 0,
         model_config: ModelConfig | None = None,
+        architecture: Architecture | None = None,
     ) -> None:
         """``model``: the ``model.*`` settings (saved with the checkpoint); ``model_config``:
-        the same, already checked (a run passes it, so the config is validated once)."""
+        the same, already checked, and ``architecture``: the model already built from it (a
+        run passes both, so the config is validated and the model built once)."""
         super().__init__()
-        self.save_hyperparameters(ignore=["model_config"])
+        self.save_hyperparameters(ignore=["model_config", "architecture"])
         self.model_cfg = model_config or ModelConfig.from_dict(dict(model))
         self.optim_cfg = OptimConfig(**(optim or {}))
         self.task_cfg = TaskConfig(**(task or {}))
         self.decode_cfg = DecodeConfig(**(decode or {}))
         self.seed = seed
-        self.model: Architecture = build_model(self.model_cfg, self.kind)
+        self.model: Architecture = (
+            architecture if architecture is not None else build_model(self.model_cfg, self.kind)
+        )
         self.label_smoothing = self.task_cfg.label_smoothing
 
     def setup(self, stage: str) -> None:
