@@ -8,6 +8,7 @@ attnlab-train --options      # every value of every registry-backed key, with it
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,9 @@ HYDRA_FLAGS_WITHOUT_CHECK = (
 register_resolvers()
 
 
-def run_job(cfg: Any) -> float | None:
-    """One training run inside Hydra: always leaves summary.json in the run directory."""
+def run_job(cfg: Any, checked: Any = None) -> float | None:
+    """One training run inside Hydra: always leaves summary.json in the run directory.
+    ``checked``: the ModelConfig the pre-flight check of this very config returned."""
     from hydra.core.hydra_config import HydraConfig
 
     from attnlab.cli.console import log_to_file
@@ -43,7 +45,7 @@ def run_job(cfg: Any) -> float | None:
     import lightning.pytorch  # noqa: F401
 
     with log_to_file(record.run_dir) if is_primary_process() else contextlib.nullcontext():
-        return record.run(cfg)
+        return record.run(cfg, checked)
 
 
 def __getattr__(name: str) -> Any:
@@ -56,6 +58,11 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _sets_mode(overrides: list[str]) -> bool:
+    """``hydra.mode=…`` on the command line: Hydra's own app decides how to run."""
+    return any(o.lstrip("+~").startswith("hydra.mode") for o in overrides)
+
+
 def _split(argv: list[str]) -> tuple[list[str], bool, bool]:
     """(overrides, multirun?, has other Hydra flags?)."""
     multirun = any(a in ("-m", "--multirun") for a in argv)
@@ -64,12 +71,31 @@ def _split(argv: list[str]) -> tuple[list[str], bool, bool]:
     return overrides, multirun, flags
 
 
+@contextlib.contextmanager
+def _cleared_on_refusal() -> Any:
+    """A refused run leaves no Hydra instance behind (main() may be called again)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    try:
+        yield
+    except BaseException:
+        GlobalHydra.instance().clear()
+        raise
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; returns the process exit code."""
     import hydra
     from hydra.core.global_hydra import GlobalHydra
 
-    from attnlab.cli.compose import quote_non_ascii, resume_overrides, validate_overrides
+    from attnlab.cli.compose import (
+        check_values,
+        quote_non_ascii,
+        resume_overrides,
+        split_sweeps,
+        validate_overrides,
+    )
+    from attnlab.cli.launch import OneComposition
     from attnlab.cli.resume_sweep import plan_sweep
     from attnlab.cli.rundir import check_run_dirs, explicit_dir, release_all
     from attnlab.cli.sweep import SweepStatus
@@ -92,13 +118,25 @@ def main(argv: list[str] | None = None) -> int:
             print(help_text(config_dir(), overrides))
         return 0
     log_dir = None  # where the run's files go, named when a full disk's error names no file
-    with user_errors():
+    one = None  # a single run without Hydra flags: composed once, checked once
+    with user_errors(), _cleared_on_refusal():
         conf = str(config_dir())
-        if not flags:
+        if not multirun and overrides == argv and not _sets_mode(overrides):
+            one = OneComposition(conf)
+            split_sweeps(overrides, multirun=False)
+            cfg = one.compose(overrides)
+            checked = check_values(cfg)
+            resumed = resume_overrides(cfg, overrides)
+            if resumed != overrides:  # ckpt_path=last found its run: compose with its directory
+                overrides = argv = resumed
+                cfg = one.compose(overrides)
+                checked = check_values(cfg)
+        elif not flags:
             cfg = validate_overrides(overrides, multirun)
             if not multirun:
                 overrides = resume_overrides(cfg, overrides)
                 argv = [a for a in argv if a.startswith("-")] + overrides
+        if not flags:
             resuming = cfg.get("ckpt_path") not in (None, "") or bool(cfg.get("resume"))
             if cfg.get("resume"):
                 plan_sweep(overrides, multirun)
@@ -107,7 +145,10 @@ def main(argv: list[str] | None = None) -> int:
             check_run_dirs(overrides, multirun, resuming, bool(cfg.get("overwrite")),
                            str(cfg.paths.log_dir))  # fmt: skip
     SweepStatus.failed = []
-    app = hydra.main(config_path=conf, config_name="config", version_base="1.3")(run_job)
+    if one is not None:
+        app = functools.partial(one.run, functools.partial(run_job, checked=checked))
+    else:
+        app = hydra.main(config_path=conf, config_name="config", version_base="1.3")(run_job)
     saved_argv = sys.argv
     sys.argv = [saved_argv[0] if saved_argv else "attnlab-train", *argv]
     try:

@@ -117,30 +117,37 @@ def compose_config(overrides: list[str]) -> DictConfig:
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
             return compose(config_name="config", overrides=overrides)
-    except (HydraException, OmegaConfBaseException, ValueError) as exc:
-        fail(_unknown_key_hint(exc, overrides) or _one_line(exc))
-        raise  # unreachable: fail() exits
+    except Exception as exc:
+        composition_error(exc, overrides)
+        raise
     finally:
         GlobalHydra.instance().clear()
 
 
-def check_values(cfg: DictConfig, source: str = "the command line") -> None:
-    """Every check a job would make first (allowlisted targets, types, ranges), as one line."""
+def composition_error(exc: Exception, overrides: list[str]) -> None:
+    """A composition that failed for the user's reason ends in one line (exit 2); any other
+    exception returns, for the caller to re-raise."""
+    if isinstance(exc, (HydraException, OmegaConfBaseException, ValueError)):
+        fail(_unknown_key_hint(exc, overrides) or _one_line(exc))
+
+
+def check_values(cfg: DictConfig, source: str = "the command line") -> Any:
+    """Every check a job would make first (allowlisted targets, types, ranges), as one line;
+    the checked ModelConfig."""
     from attnlab.cli.schema import check_run_config
     from attnlab.errors import UserError
 
     try:
-        check_run_config(cfg, source)
+        return check_run_config(cfg, source)
     except UserError as exc:
         fail(str(exc))
 
 
-def validate_overrides(overrides: list[str], multirun: bool) -> DictConfig:
-    """Compose every value of every swept key once; return the first composition.
-
-    In a sweep, each composition also passes the model/optimiser checks, so a typo in
-    one swept value stops the sweep before any job starts.
-    """
+def split_sweeps(
+    overrides: list[str], multirun: bool
+) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """(the fixed overrides, [(swept key, its values)]); a list of values without -m, or a
+    line the override grammar refuses, ends in one line."""
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except HydraException as exc:
@@ -156,6 +163,16 @@ def validate_overrides(overrides: list[str], multirun: bool) -> DictConfig:
             sweeps.append((override.get_key_element(), values))
         else:
             fixed.append(override.input_line)
+    return fixed, sweeps
+
+
+def validate_overrides(overrides: list[str], multirun: bool) -> DictConfig:
+    """Compose every value of every swept key once; return the first composition.
+
+    In a sweep, each composition also passes the model/optimiser checks, so a typo in
+    one swept value stops the sweep before any job starts.
+    """
+    fixed, sweeps = split_sweeps(overrides, multirun)
     first = [f"{key}={values[0]}" for key, values in sweeps if values]
     cfg = compose_config(fixed + first)
     check_values(cfg)

@@ -19,6 +19,7 @@ from typing import Any
 from attnlab.callbacks.outcome import Outcome
 from attnlab.cli.common import fail
 from attnlab.errors import ConfigError, LightningRefusal, UserError
+from attnlab.model_config import ModelConfig
 
 # exit codes of a run that did not complete (a sweep with such a job exits 1)
 EXIT_CODES = {"failed": 1, "diverged": 1, "interrupted": 130, "preempted": 143}
@@ -149,9 +150,10 @@ class RunRecord:
         return None
 
     # the run
-    def run(self, cfg: Any) -> float | None:
+    def run(self, cfg: Any, checked: ModelConfig | None = None) -> float | None:
         """Train (or skip or continue a sweep's job), record it, and end as its status says:
-        the value a search sweeper optimises, or SystemExit with the run's exit code."""
+        the value a search sweeper optimises, or SystemExit with the run's exit code.
+        ``checked``: the ModelConfig a pre-flight check of this config returned."""
         import os
 
         from omegaconf import open_dict
@@ -176,7 +178,7 @@ class RunRecord:
             with open_dict(cfg):
                 cfg.trainer.enable_progress_bar = False
         self.say_start()
-        self._train(cfg)
+        self._train(cfg, checked)
         unwritten = self.write_summary()
         if unwritten is not None:  # the run's record could not be written: say so, exit 2
             if not self.multirun:
@@ -185,11 +187,11 @@ class RunRecord:
         self.say_end()
         return self.exit_value(metric)
 
-    def _train(self, cfg: Any) -> None:
+    def _train(self, cfg: Any, checked: ModelConfig | None) -> None:
         """``train``, with every way it can end recorded: a stop, a user's error, a crash."""
         result = self.result
         try:
-            result.update(train(cfg, self.run_dir, banner=not self.quiet, outcome=self.outcome))
+            result.update(train(cfg, self.run_dir, not self.quiet, self.outcome, checked))
         except (KeyboardInterrupt, SystemExit) as exc:
             if isinstance(exc, SystemExit) and exc.code == 2:
                 raise  # a one-line error already printed
@@ -231,16 +233,21 @@ class RunRecord:
 
 
 def train(
-    cfg: Any, run_dir: Path, banner: bool = False, outcome: Outcome | None = None
+    cfg: Any,
+    run_dir: Path,
+    banner: bool = False,
+    outcome: Outcome | None = None,
+    checked: ModelConfig | None = None,
 ) -> dict[str, Any]:
     """Build everything from the config, fit, test; return status and metrics. ``outcome``:
-    where the callbacks that end a run early report (the run record's)."""
+    where the callbacks that end a run early report (the run record's); ``checked``: the
+    ModelConfig a check of this same config returned (else the config is checked here)."""
     import lightning as L
 
     from attnlab.cli import pipeline
     from attnlab.cli.wandb_setup import ModelSizeInConfig, finish_wandb, uses_wandb
 
-    model_cfg = pipeline.check_config(cfg)
+    model_cfg = checked if checked is not None else pipeline.check_config(cfg)
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     datamodule = pipeline.build_data(cfg)
     task = pipeline.build_task(cfg, datamodule, model_cfg)
