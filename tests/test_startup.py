@@ -128,5 +128,5 @@ def test_help_lists_the_groups_hydra_lists() -> None:
 def test_help_shows_the_config_composed_with_the_overrides() -> None:
     text = help_text(CONF, ["model=encoder_decoder", "optim.lr=0.5"])
     assert "name: encoder_decoder" in text and "lr: 0.5" in text
-    assert "model: _base, decoder_only, encoder_decoder" in text
+    assert "model: _base, conv, decoder_only, encoder_decoder" in text
     assert "${oc.env:ATTNLAB_LOG_DIR,logs}" in text  # unresolved, as Hydra shows it

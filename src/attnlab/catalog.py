@@ -29,6 +29,7 @@ CATALOG: dict[str, Entry] = {
         "encoder_decoder": "attnlab.models.transformer:EncoderDecoder",
         "vit": "attnlab.models.vit:VisionTransformer",
         "rnn": "attnlab.models.recurrent:RecurrentModel",
+        "conv": "attnlab.models.convolutional:ConvSeq2Seq",
     }),
     "model.norm": Entry("attnlab.nn.norms:RESIDUALS", {
         "post": "attnlab.nn.norms:PostNormResidual",

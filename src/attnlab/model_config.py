@@ -121,6 +121,9 @@ class ModelConfig:
     rnn_attention: str = rule("bahdanau", one_of(*RNN_ATTENTIONS))
     input_feeding: bool = False  # Luong §3.3: feed the attentional vector to the next step
     bidirectional: bool = True  # the encoder reads the source both ways
+    # model=conv: ConvS2S (Gehring et al. 2017) and the gated convolutional LM
+    kernel_size: int = rule(3, positive)  # k: each convolution's width
+    conv_channels: int | None = rule(None, positive_or_null)  # the blocks' width; None: d_model
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ModelConfig:

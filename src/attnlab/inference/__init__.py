@@ -8,7 +8,7 @@ compiled one-token step and its graph pass (:mod:`~attnlab.inference.row_matmuls
 greedy decoding, sampling and beam search (:mod:`~attnlab.inference.generation`).
 """
 
-from attnlab.inference import recurrent  # noqa: F401  (registers the "recurrent" states)
+from attnlab.inference import convolutional, recurrent  # noqa: F401  (register their states)
 from attnlab.inference.decoding import DECODINGS, DecodingState, start_decoding
 from attnlab.inference.generation import (
     NEVER_GENERATED,

@@ -108,6 +108,7 @@ class Architecture(nn.Module):
     feeding: ClassVar[Feeding] = Feeding()
     takes_grid: ClassVar[bool] = False  # reads image patches: 2-D position schemes apply
     attention_heads: ClassVar[bool] = True  # n_heads, pos and the head-size rules apply
+    takes_positions: ClassVar[bool] = True  # reads model.pos (a table bounds its length)
     causal_attention: ClassVar[bool] = False  # has causal self-attention (a decoder)
     takes_prefix_lm: ClassVar[bool] = False  # model.prefix_lm applies (decoder_only)
     # the family of decoding states that generates with it (attnlab.inference.DECODINGS);

@@ -194,7 +194,8 @@ class RecurrentModel(Architecture):
         classification="last",
         pools=("last", "attention", "mean"),
     )
-    attention_heads = False  # d_model need not divide into heads; positions are not used
+    attention_heads = False  # d_model need not divide into heads
+    takes_positions = False  # the recurrence orders the tokens: model.pos is not used
     decoding = "recurrent"  # attnlab.inference.recurrent
 
     def __init__(self, cfg: ModelConfig, task: str = "seq2seq") -> None:
