@@ -83,21 +83,60 @@ def _cleared_on_refusal() -> Any:
         raise
 
 
+def _composed_once(one: Any, overrides: list[str]) -> tuple[list[str], Any, Any]:
+    """A single run's overrides, config and checked ModelConfig: composed and checked once,
+    or once more when ``ckpt_path=last`` found its run (then with that run's directory)."""
+    from attnlab.cli.compose import check_values, resume_overrides, split_sweeps
+
+    split_sweeps(overrides, multirun=False)
+    cfg = one.compose(overrides)
+    checked = check_values(cfg)
+    resumed = resume_overrides(cfg, overrides)
+    if resumed != overrides:
+        cfg = one.compose(resumed)
+        checked = check_values(cfg)
+    return resumed, cfg, checked
+
+
+def _claim_run_dirs(cfg: Any, overrides: list[str], multirun: bool) -> Path:
+    """Refuse run directories the run may not write (a finished run, a resume that does not
+    match, a sweep to plan); return where the run's files go."""
+    from attnlab.cli.resume_sweep import plan_sweep
+    from attnlab.cli.rundir import check_run_dirs, explicit_dir
+
+    resuming = cfg.get("ckpt_path") not in (None, "") or bool(cfg.get("resume"))
+    if cfg.get("resume"):
+        plan_sweep(overrides, multirun)
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    log_dir = explicit_dir(overrides, key) or Path(str(cfg.paths.log_dir)).absolute()
+    check_run_dirs(overrides, multirun, resuming, bool(cfg.get("overwrite")),
+                   str(cfg.paths.log_dir))  # fmt: skip
+    return log_dir
+
+
+def _launch(app: Any, argv: list[str], log_dir: Path | None) -> None:
+    """Run ``app`` with ``argv`` as the process's arguments (Hydra reads them there)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from attnlab.cli.rundir import release_all
+
+    saved_argv = sys.argv
+    sys.argv = [saved_argv[0] if saved_argv else "attnlab-train", *argv]
+    try:
+        with hydra_errors(log_dir):
+            app()
+    finally:
+        sys.argv = saved_argv
+        GlobalHydra.instance().clear()  # so main() can be called again in one process
+        release_all()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; returns the process exit code."""
     import hydra
-    from hydra.core.global_hydra import GlobalHydra
 
-    from attnlab.cli.compose import (
-        check_values,
-        quote_non_ascii,
-        resume_overrides,
-        split_sweeps,
-        validate_overrides,
-    )
+    from attnlab.cli.compose import quote_non_ascii, resume_overrides, validate_overrides
     from attnlab.cli.launch import OneComposition
-    from attnlab.cli.resume_sweep import plan_sweep
-    from attnlab.cli.rundir import check_run_dirs, explicit_dir, release_all
     from attnlab.cli.sweep import SweepStatus
 
     quiet_environment()
@@ -123,41 +162,21 @@ def main(argv: list[str] | None = None) -> int:
         conf = str(config_dir())
         if not multirun and overrides == argv and not _sets_mode(overrides):
             one = OneComposition(conf)
-            split_sweeps(overrides, multirun=False)
-            cfg = one.compose(overrides)
-            checked = check_values(cfg)
-            resumed = resume_overrides(cfg, overrides)
-            if resumed != overrides:  # ckpt_path=last found its run: compose with its directory
-                overrides = argv = resumed
-                cfg = one.compose(overrides)
-                checked = check_values(cfg)
+            overrides, cfg, checked = _composed_once(one, overrides)
+            argv = overrides
         elif not flags:
             cfg = validate_overrides(overrides, multirun)
             if not multirun:
                 overrides = resume_overrides(cfg, overrides)
                 argv = [a for a in argv if a.startswith("-")] + overrides
         if not flags:
-            resuming = cfg.get("ckpt_path") not in (None, "") or bool(cfg.get("resume"))
-            if cfg.get("resume"):
-                plan_sweep(overrides, multirun)
-            key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-            log_dir = explicit_dir(overrides, key) or Path(str(cfg.paths.log_dir)).absolute()
-            check_run_dirs(overrides, multirun, resuming, bool(cfg.get("overwrite")),
-                           str(cfg.paths.log_dir))  # fmt: skip
+            log_dir = _claim_run_dirs(cfg, overrides, multirun)
     SweepStatus.failed = []
     if one is not None:
         app = functools.partial(one.run, functools.partial(run_job, checked=checked))
     else:
         app = hydra.main(config_path=conf, config_name="config", version_base="1.3")(run_job)
-    saved_argv = sys.argv
-    sys.argv = [saved_argv[0] if saved_argv else "attnlab-train", *argv]
-    try:
-        with hydra_errors(log_dir):
-            app()
-    finally:
-        sys.argv = saved_argv
-        GlobalHydra.instance().clear()  # so main() can be called again in one process
-        release_all()
+    _launch(app, argv, log_dir)
     return 1 if SweepStatus.failed else 0
 
 
