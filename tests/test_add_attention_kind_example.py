@@ -17,8 +17,8 @@ from attnlab.models import ModelConfig, build_model
 from attnlab.nn import attention_kinds, flex
 from attnlab.nn.attention_kinds import ATTENTION_KINDS
 from composed_runs import train_fast
+from decoding_inputs import left_padded_prompts, step_logits
 from documented import add_to_catalog
-from test_generation import left_padded_prompts, step_logits
 
 DOC = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -155,7 +155,7 @@ def test_the_shared_block_mask_gives_the_per_layer_masks_outputs(
 def test_one_token_decoding_steps_on_attn_impl_flex_take_the_blocked_kernel(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from test_generation import step_logits
+    from decoding_inputs import step_logits
 
     prompts = torch.randint(6, 40, (3, 20), generator=torch.Generator().manual_seed(1))
     expected = step_logits(three_layers("sdpa"), prompts, use_cache=True)

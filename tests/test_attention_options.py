@@ -22,7 +22,7 @@ from attnlab.nn.attention import AttentionInputs, MultiHeadAttention
 from attnlab.nn.feedforward import FEEDFORWARDS, gelu_tanh
 from attnlab.nn.layers import ParallelLayer
 from composed_runs import train_fast
-from test_generation import left_padded_prompts, sources, step_logits
+from decoding_inputs import left_padded_prompts, sources, step_logits
 
 VOCAB = 20
 

@@ -18,7 +18,7 @@ from attnlab.inference import start_decoding
 from attnlab.models import ModelConfig, build_model
 from attnlab.nn.attention_kinds import ATTENTION_KINDS
 from composed_runs import train_fast
-from test_generation import left_padded_prompts, sources, step_logits
+from decoding_inputs import left_padded_prompts, sources, step_logits
 
 VOCAB = 20
 SMALL = {"window": 3, "attn_block": 4, "n_global": 1, "n_random": 1, "linformer_k": 5}

@@ -15,15 +15,13 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from attnlab.errors import ConfigError
-from attnlab.inference import start_decoding
 from attnlab.inference.generation import DecodeConfig, generate
 from attnlab.models import ModelConfig, build_model
 from attnlab.models.convolutional import ConvSeq2Seq
 from attnlab.nn.convolution import ConvMemory, GatedConvolution, GradScale, MultiStepAttention
 from attnlab.special_tokens import BOS, PAD
 from composed_runs import train_fast
-
-VOCAB = 16
+from decoding_inputs import FORCED, VOCAB, close, left_padded_prompts, sources, step_logits
 
 
 def make(task: str = "seq2seq", **overrides: object) -> ConvSeq2Seq:
@@ -36,43 +34,8 @@ def make(task: str = "seq2seq", **overrides: object) -> ConvSeq2Seq:
     return model.eval()
 
 
-def sources() -> torch.Tensor:
-    """Three sources of lengths 6, 4 and 2, padded on the right."""
-    src = torch.randint(6, VOCAB, (3, 6), generator=torch.Generator().manual_seed(1))
-    src[1, 4:] = PAD
-    src[2, 2:] = PAD
-    return src
-
-
-def left_padded_prompts() -> torch.Tensor:
-    """Three prompts of lengths 6, 4 and 2, padded on the left."""
-    prompts = torch.randint(6, VOCAB, (3, 6), generator=torch.Generator().manual_seed(1))
-    prompts[1, :2] = PAD
-    prompts[2, :4] = PAD
-    return prompts
-
-
-FORCED = torch.randint(6, VOCAB, (3, 5), generator=torch.Generator().manual_seed(2))
-
-
 def decoder_input() -> torch.Tensor:
     return torch.cat([torch.full((3, 1), BOS), FORCED], dim=1)
-
-
-@torch.no_grad()
-def step_logits(model: ConvSeq2Seq, inputs: torch.Tensor, use_cache: bool,
-                forced: torch.Tensor = FORCED) -> torch.Tensor:  # fmt: skip
-    """Next-token logits before and after each teacher-forced token, (B, 6, vocab)."""
-    stepper = start_decoding(model, inputs, use_cache)
-    logits = [stepper.logits()]
-    for token in forced.T:
-        stepper.append(token)
-        logits.append(stepper.logits())
-    return torch.stack(logits, dim=1)
-
-
-def close(a: torch.Tensor, b: torch.Tensor) -> None:
-    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
 # -- (1) the blocks against hand computations --------------------------------------------------

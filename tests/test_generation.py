@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from attnlab.data.base import BOS, EOS, MASK, PAD
-from attnlab.inference import start_decoding
 from attnlab.inference.generation import (
     NEVER_GENERATED,
     DecodeConfig,
@@ -20,8 +19,7 @@ from attnlab.inference.generation import (
 )
 from attnlab.models import ModelConfig, build_model
 from attnlab.nn.positions import sequence_positions
-
-VOCAB = 16
+from decoding_inputs import FORCED, VOCAB, left_padded_prompts, sources, step_logits
 
 
 def make(name: str, vocab: int = VOCAB, **overrides: object) -> torch.nn.Module:
@@ -29,38 +27,6 @@ def make(name: str, vocab: int = VOCAB, **overrides: object) -> torch.nn.Module:
     values.update(overrides)
     torch.manual_seed(0)
     return build_model(ModelConfig.from_dict(values)).eval()
-
-
-def left_padded_prompts() -> torch.Tensor:
-    """Three prompts of lengths 6, 4 and 2, padded on the left."""
-    prompts = torch.randint(6, VOCAB, (3, 6), generator=torch.Generator().manual_seed(1))
-    prompts[1, :2] = PAD
-    prompts[2, :4] = PAD
-    return prompts
-
-
-def sources() -> torch.Tensor:
-    """Three sources of lengths 6, 4 and 2, padded on the right."""
-    src = torch.randint(6, VOCAB, (3, 6), generator=torch.Generator().manual_seed(1))
-    src[1, 4:] = PAD
-    src[2, 2:] = PAD
-    return src
-
-
-FORCED = torch.randint(6, VOCAB, (3, 5), generator=torch.Generator().manual_seed(2))
-
-
-@torch.no_grad()
-def step_logits(
-    model: torch.nn.Module, inputs: torch.Tensor, use_cache: bool, forced: torch.Tensor = FORCED
-) -> torch.Tensor:
-    """Next-token logits before and after each teacher-forced token, (B, 6, vocab)."""
-    stepper = start_decoding(model, inputs, use_cache)
-    logits = [stepper.logits()]
-    for token in forced.T:
-        stepper.append(token)
-        logits.append(stepper.logits())
-    return torch.stack(logits, dim=1)
 
 
 CACHE_CASES = [

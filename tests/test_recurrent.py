@@ -8,14 +8,13 @@ import pytest
 import torch
 
 from attnlab.errors import ConfigError
-from attnlab.inference import start_decoding
 from attnlab.inference.generation import DecodeConfig, generate
 from attnlab.models import ModelConfig, RecurrentModel, build_model
 from attnlab.nn.recurrent import BahdanauAttention, LuongAttention, RecurrentStack, attend
 from attnlab.special_tokens import BOS, PAD
 from composed_runs import compose_run, train_fast
+from decoding_inputs import FORCED, VOCAB, close, left_padded_prompts, sources, step_logits
 
-VOCAB = 16
 # (rnn_attention, input_feeding): every decoder the study compares
 DECODERS = [("bahdanau", False), ("luong_dot", False), ("luong_general", False),
             ("luong_dot", True), ("luong_general", True), ("none", False)]  # fmt: skip
@@ -28,42 +27,6 @@ def make(task: str = "seq2seq", **overrides: object) -> RecurrentModel:
     model = build_model(ModelConfig.from_dict(values), task)
     assert isinstance(model, RecurrentModel)
     return model.eval()
-
-
-def sources() -> torch.Tensor:
-    """Three sources of lengths 6, 4 and 2, padded on the right."""
-    src = torch.randint(6, VOCAB, (3, 6), generator=torch.Generator().manual_seed(1))
-    src[1, 4:] = PAD
-    src[2, 2:] = PAD
-    return src
-
-
-def left_padded_prompts() -> torch.Tensor:
-    """Three prompts of lengths 6, 4 and 2, padded on the left."""
-    prompts = torch.randint(6, VOCAB, (3, 6), generator=torch.Generator().manual_seed(1))
-    prompts[1, :2] = PAD
-    prompts[2, :4] = PAD
-    return prompts
-
-
-FORCED = torch.randint(6, VOCAB, (3, 5), generator=torch.Generator().manual_seed(2))
-
-
-@torch.no_grad()
-def step_logits(
-    model: RecurrentModel, inputs: torch.Tensor, use_cache: bool, forced: torch.Tensor = FORCED
-) -> torch.Tensor:
-    """Next-token logits before and after each teacher-forced token, (B, 6, vocab)."""
-    stepper = start_decoding(model, inputs, use_cache)
-    logits = [stepper.logits()]
-    for token in forced.T:
-        stepper.append(token)
-        logits.append(stepper.logits())
-    return torch.stack(logits, dim=1)
-
-
-def close(a: torch.Tensor, b: torch.Tensor) -> None:
-    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
 # -- (1) the recurrent stack against torch's own ----------------------------------------------

@@ -14,14 +14,8 @@ from attnlab.inference import decoding, start_decoding
 from attnlab.inference.caches import DecodingCache, StaticCache
 from attnlab.inference.generation import DecodeConfig, generate
 from attnlab.nn.positions import sequence_positions
-from test_generation import (
-    CACHE_CASES,
-    FORCED,
-    left_padded_prompts,
-    make,
-    sources,
-    step_logits,
-)
+from decoding_inputs import FORCED, left_padded_prompts, sources, step_logits
+from test_generation import CACHE_CASES, make
 
 
 def static_step_logits(model: torch.nn.Module, inputs: torch.Tensor) -> torch.Tensor:
