@@ -143,6 +143,11 @@ class Architecture(nn.Module):
         if cfg.attention != "full" and not cls.attention_heads:
             raise ConfigError(f"model.attention={cfg.attention} applies to Transformers, not "
                               f"model={cfg.name}; remove it")  # fmt: skip
+        if cfg.activation_checkpointing and not cls.attention_heads:
+            raise ConfigError(
+                "model.activation_checkpointing=true checkpoints Transformer layers, which "
+                f"model={cfg.name} has none of; remove it"
+            )
         if cls.causal_attention and not kind.causal_ok:
             raise ConfigError(kind.causal_error)
         pools = cls.feeding.pools

@@ -243,11 +243,6 @@ class RecurrentModel(Architecture):
                 f"{cfg.decoder_layers} differ; model=rnn starts each decoder layer from the same "
                 "encoder layer's final state: make them equal"
             )
-        if cfg.activation_checkpointing:
-            raise ConfigError(
-                "model.activation_checkpointing=true checkpoints Transformer layers, which "
-                "model=rnn has none of; remove it"
-            )
 
     def embed(self, tokens: Tensor) -> Tensor:
         return self.dropout(self.embedding(tokens))
