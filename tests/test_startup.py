@@ -6,10 +6,12 @@ the causes: which modules a command imports before it answers.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -130,3 +132,57 @@ def test_help_shows_the_config_composed_with_the_overrides() -> None:
     assert "name: encoder_decoder" in text and "lr: 0.5" in text
     assert "model: _base, conv, decoder_only, encoder_decoder" in text
     assert "${oc.env:ATTNLAB_LOG_DIR,logs}" in text  # unresolved, as Hydra shows it
+
+
+def import_chains(stderr: str) -> dict[str, list[str]]:
+    """Each imported module and the modules whose import led to it, innermost first
+    (from ``-X importtime``'s nesting)."""
+    rows = []
+    for line in stderr.splitlines():
+        if line.startswith("import time:") and "|" in line and "self [us]" not in line:
+            name = line.rsplit("|", 1)[1]
+            rows.append((len(name) - len(name.lstrip()), name.strip()))
+    chains: dict[str, list[str]] = {}
+    for i, (depth, name) in enumerate(rows):  # a module's importer is listed after it
+        chain, level = [], depth
+        for outer_depth, outer in rows[i + 1 :]:
+            if outer_depth < level:
+                chain.append(outer)
+                level = outer_depth
+        chains.setdefault(name, chain)
+    return chains
+
+
+# stacks a plain training run does not use: attnlab must not import them for it
+OPTIONAL = ("transformers", "datasets", "wandb", "sacrebleu", "sklearn", "matplotlib",
+            "mlflow", "optuna", "submitit", "attnlab.compare", "attnlab.callbacks.diagnostics",
+            "attnlab.callbacks.attention_maps")  # fmt: skip
+
+
+def test_a_plain_training_run_does_not_import_the_optional_stacks(tmp_path: Path) -> None:
+    from cli_runs import TINY
+
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "attnlab.train", *TINY,
+         "trainer.max_epochs=1", "data.train_size=32"], capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO / "src"), "WANDB_MODE": "offline",
+             "ATTNLAB_LOG_DIR": str(tmp_path / "logs")}, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    elapsed = time.perf_counter() - started
+    assert done.returncode == 0, done.stderr[-2000:]
+    chains = import_chains(done.stderr)
+    assert "attnlab.tasks" in chains and "lightning" in chains  # the run did train
+    summary = json.loads(next((tmp_path / "logs").rglob("summary.json")).read_text())
+    if Path("/proc/self/stat").exists():  # seconds from the process's start to its first step
+        assert 0.5 < summary["startup_s"] < elapsed
+    for name, chain in chains.items():
+        optional = next((o for o in OPTIONAL if name == o or name.startswith(o + ".")), None)
+        if optional is None:
+            continue
+        assert not optional.startswith("attnlab"), (name, chain[:6])
+        package = optional.split(".")[0]
+        importer = next((m for m in chain if m.split(".")[0] != package), None)
+        # a third-party package may pull one in (torchmetrics imports matplotlib when it
+        # is installed); attnlab itself must not
+        assert importer is None or not importer.startswith("attnlab"), (name, chain[:6])

@@ -59,6 +59,7 @@ def write_summary(run_dir: str | Path, **fields: Any) -> Path:
         "flops": fields.get("flops"),  # training FLOPs spent (perf/flops at the end)
         "flops_per_token": _ratio(fields.get("flops"), fields.get("tokens")),
         "wall_s": fields.get("wall_s"),
+        "startup_s": _number(fields.get("startup_s")),  # process start to first training step
         "git_sha": fields.get("git_sha", git_sha()),
     }
     for key in ("stopped_at_step", "command", "bleu_signature"):

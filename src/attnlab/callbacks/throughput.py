@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
 
 from attnlab.callbacks.mfu import peak_flops
+
+
+def process_age() -> float | None:
+    """Seconds since this process started (Linux: ``/proc``, to 1/100 s), or None where
+    the system does not say."""
+    try:
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        stat = Path("/proc/self/stat").read_text()
+        started = int(stat.rsplit(")", 1)[1].split()[19])  # field 22: start, in clock ticks
+        return uptime - started / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 class TokenThroughput(L.Callback):
@@ -19,6 +33,10 @@ class TokenThroughput(L.Callback):
     Also logs ``perf/train_s``: the training time so far, global step × the mean
     measured step time (validation excluded), so curves can be read against time
     (for example the time a run takes to reach a BLEU).
+
+    ``startup_s`` is the time from the process's start to its first training step
+    (imports, composing and checking the config, building the model and data; None
+    where the system does not report a process's start).
 
     The first ``warmup_steps`` steps (allocation, compilation) are not counted in the
     rates. ``perf/tokens`` and ``perf/flops`` count every step, warm-up included: the
@@ -45,6 +63,7 @@ class TokenThroughput(L.Callback):
         self.seen_tokens = 0  # every step, warm-up included, all devices
         self.seen_flops = 0.0
         self.counts_flops = True  # False for an architecture without a FLOP count
+        self.startup_s: float | None = None
 
     def _flops(self, pl_module: Any, batch: Any) -> float:
         """``flops_in_batch``, or 0 once the architecture turns out to have no ``flops``
@@ -68,6 +87,10 @@ class TokenThroughput(L.Callback):
         self.peak = self.given_peak
         if self.peak is None and device.type == "cuda":
             self.peak = peak_flops(torch.cuda.get_device_name(device), str(trainer.precision))
+
+    def on_train_batch_start(self, *args: Any) -> None:
+        if self.startup_s is None:  # the first step this process takes
+            self.startup_s = process_age()
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int

@@ -141,7 +141,8 @@ class RunRecord:
                 overrides=self.overrides, config=self.config, metrics=result["metrics"],
                 task=result.get("task"), params=result.get("params"),
                 tokens_per_sec=result.get("tokens_per_sec"), tokens=result.get("tokens"),
-                flops=result.get("flops"), wall_s=round(time.perf_counter() - self.started, 3),
+                flops=result.get("flops"), startup_s=result.get("startup_s"),
+                wall_s=round(time.perf_counter() - self.started, 3),
                 **{k: result[k] for k in ("stopped_at_step", "bleu_signature") if k in result},
             )  # fmt: skip
         except OSError as exc:  # a full or read-only disk: say so, keep the original error
@@ -299,6 +300,7 @@ def _fit_and_test(cfg: Any, trainer: Any, task: Any, datamodule: Any, resume_fro
     out = {"status": status, "metrics": metrics, "best_ckpt": best,
            "tokens_per_sec": throughput.tokens_per_sec if throughput else None,
            "tokens": throughput.seen_tokens if throughput else None,
+           "startup_s": throughput.startup_s if throughput else None,
            "flops": throughput.seen_flops if counted else None}  # fmt: skip
     from attnlab.tasks.seq2seq import bleu_signature, reports_bleu
 

@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, RandomSampler
 
+_CHUNK = 8192  # indices converted to Python at a time
+
 
 def epoch_generator(seed: int, epoch: int, *more: int) -> torch.Generator:
     """A generator for ``(seed, epoch, *more)``; distinct keys give unrelated streams."""
@@ -54,7 +56,9 @@ class EpochRandomSampler(RandomSampler):
         generator = epoch_generator(self.seed, self.epoch)
         order = torch.cat([torch.randperm(n, generator=generator)
                            for _ in range(-(-self.num_samples // n))])  # fmt: skip
-        yield from order[start : self.num_samples].tolist()
+        # handed out in chunks: a million-index epoch does not wait on one long .tolist()
+        for chunk in order[start : self.num_samples].split(_CHUNK):
+            yield from chunk.tolist()
 
 
 class ResumableDataLoader(DataLoader):
