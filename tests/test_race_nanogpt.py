@@ -54,6 +54,21 @@ def test_ratios_are_taken_within_each_round_and_over_the_medians(capsys) -> None
     assert "attnlab / nanogpt" in capsys.readouterr().out
 
 
+def test_the_reading_is_against_the_faster_nanogpt_and_steps_are_parsed(capsys) -> None:
+    race = load_race()
+    log = "".join(f"iter {i}: loss 2.0, time {ms}ms, mfu 1.0%\n"
+                  for i, ms in [(0, 9000.0), (50, 40.0), (100, 44.0), (500, 900.0), (550, 42.0)])
+    assert race.step_times("nanogpt_compiled", log) == {"step_ms": 42.0}  # iters 0, 500 out
+    rounds = [{"nanogpt": {"seconds": 120.0, "val_loss": 1.9},
+               "nanogpt_compiled": {"seconds": 100.0, "val_loss": 1.9},
+               "attnlab": {"seconds": 85.0, "val_loss": 1.8}}]  # fmt: skip
+    report = race.summarise(rounds, ["nanogpt", "nanogpt_compiled", "attnlab"])
+    fastest = report["ratios_to_nanogpt"]["attnlab/fastest_nanogpt"]
+    assert fastest["base"] == "nanogpt_compiled" and fastest["of_medians"] == pytest.approx(0.85)
+    assert report["ratios_to_nanogpt"]["attnlab"]["of_medians"] == pytest.approx(85 / 120)
+    assert "the faster nanoGPT (nanogpt_compiled): 0.850" in capsys.readouterr().out
+
+
 def test_a_missing_nanogpt_is_one_line_and_exit_2(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "attnlab.bench.race_nanogpt", "--nanogpt", str(tmp_path)],

@@ -32,8 +32,8 @@ def effort_for(size: BenchSize, quick: bool, device: torch.device, clock: str) -
     effort = Effort(device=device, clock=clock)
     if quick:
         effort = replace(
-            effort, rounds=5, calls=2, decode_rounds=3, lightning_steps=30,
-            lightning_rounds=2, lightning_minimal=False,
+            effort, rounds=5, calls=2, decode_rounds=3, lightning_steps=40,
+            lightning_rounds=5, lightning_minimal=False,
         )  # fmt: skip
     big = size.d_model >= 512 and device.type == "cpu"
     if big:  # a training step takes seconds on a CPU at this size
@@ -87,6 +87,9 @@ def _line(size: str, key: str, result: dict[str, Any]) -> str:
     if target:
         met = "met" if meets_target(key, result["ratio"]) else "NOT met"
         verdict = f"target {target[0]} {target[1]:g}: {met}"
+    if "graph_breaks" in result:
+        verdict += (f"({result['graphs']} graph(s), {result['graph_breaks']} break(s), "
+                    f"compiled in {result['compile_s']:.0f} s)")  # fmt: skip
     if "floor_ratio" in result:  # the ratio if only attnlab's matrix products took time
         verdict += f" (matmul floor {result['floor_ratio']:.2f})"
     return (
@@ -108,7 +111,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "baby,d512; baby with --quick); a wrong name lists them")  # fmt: skip
     parser.add_argument("--only", help="comma-separated result keys to run (default: all); "
                         "long_context: step time and peak memory of the attention kinds "
-                        "against sequence length")  # fmt: skip
+                        "against sequence length; startup: attnlab's own start-up "
+                        "share")  # fmt: skip
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     parser.add_argument("--clock", default="wall", choices=CLOCK_NAMES,
                         help="wall time, or this process's CPU time (use with --threads 1 "
@@ -149,6 +153,18 @@ def main(argv: list[str] | None = None) -> int:
             args.json.write_text(json.dumps({"long_context": long_context}, indent=2))
             print(f"results: {args.json}")
         only.discard("long_context")
+        if not only:
+            return 0
+    if only and "startup" in only:  # whole processes: time to the first training step
+        from attnlab.bench.startup import report, run_startup
+
+        startup = run_startup(3 if args.quick else 5)
+        report(startup)
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"startup": startup}, indent=2))
+            print(f"results: {args.json}")
+        only.discard("startup")
         if not only:
             return 0
     for key in sorted(only or ()):

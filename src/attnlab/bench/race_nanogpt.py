@@ -29,6 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]  # the checkout: src/attnlab/bench/race_nanogpt.py
 NANOGPT_VAL = re.compile(r"step (\d+): train loss [\d.]+, val loss ([\d.]+)")
+NANOGPT_ITER = re.compile(r"iter (\d+): loss [\d.]+, time ([\d.]+)ms")
 
 
 def nanogpt_command(max_iters: int, compile: bool) -> list[str]:
@@ -66,18 +67,37 @@ def run(name: str, command: list[str], cwd: Path, env: dict[str, str]) -> dict:
     if done.returncode != 0:
         tail = (done.stdout + done.stderr)[-3000:]
         raise SystemExit(f"error: {name} exited with {done.returncode}:\n{tail}")
-    return {"seconds": seconds, "val_loss": final_val_loss(name, done.stdout)}
+    return {"seconds": seconds, "val_loss": final_val_loss(name, done.stdout),
+            **step_times(name, done.stdout)}  # fmt: skip
+
+
+def step_times(name: str, stdout: str) -> dict[str, float]:
+    """Training-step milliseconds. nanoGPT: the median of the iteration times it prints
+    (every 50th; the first, with compilation, and those that ran an evaluation left out).
+    attnlab: ``perf/train_s`` / steps, its mean measured step (validation excluded), and
+    ``startup_s``, the seconds before its first step."""
+    if name.startswith("nanogpt"):
+        times = [float(ms) for it, ms in NANOGPT_ITER.findall(stdout) if int(it) % 500]
+        return {"step_ms": statistics.median(times)} if times else {}
+    summary = _summary(stdout)
+    train_s = summary.get("metrics", {}).get("perf/train_s")
+    steps = summary.get("config", {}).get("trainer", {}).get("max_steps")
+    out = {"step_ms": 1e3 * train_s / steps} if train_s and steps else {}
+    if summary.get("startup_s") is not None:
+        out["startup_s"] = summary["startup_s"]
+    return out
+
+
+def _summary(stdout: str) -> dict:
+    match = re.search(r"summary:\s+(\S+summary\.json)", stdout)
+    return json.loads(Path(match.group(1)).read_text()) if match else {}
 
 
 def final_val_loss(name: str, stdout: str) -> float | None:
     if name.startswith("nanogpt"):
         found = NANOGPT_VAL.findall(stdout)
         return float(found[-1][1]) if found else None
-    match = re.search(r"summary:\s+(\S+summary\.json)", stdout)
-    if match is None:
-        return None
-    metrics = json.loads(Path(match.group(1)).read_text()).get("metrics", {})
-    return metrics.get("val/loss")
+    return _summary(stdout).get("metrics", {}).get("val/loss")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,8 +140,10 @@ def main(argv: list[str] | None = None) -> int:
             for name in order:
                 command, cwd = commands[name]
                 results[name] = run(name, command, cwd, env)
+                step = results[name].get("step_ms")
                 print(f"round {r + 1} {name:<17} {results[name]['seconds']:7.1f} s  "
-                      f"val loss {results[name]['val_loss']}", flush=True)  # fmt: skip
+                      f"val loss {results[name]['val_loss']}  step "
+                      f"{f'{step:.1f} ms' if step else '?'}", flush=True)  # fmt: skip
             rounds.append(results)
     report = summarise(rounds, names)
     report["config"] = {"max_iters": args.max_iters, "rounds": args.rounds,
@@ -133,22 +155,31 @@ def main(argv: list[str] | None = None) -> int:
 
 def summarise(rounds: list[dict[str, dict]], names: list[str]) -> dict:
     medians = {n: statistics.median(r[n]["seconds"] for r in rounds) for n in names}
-    print(f"\n{'contender':<17} {'median s':>9} {'val loss (each round)':>24}")
+    steps = {n: statistics.median(r[n]["step_ms"] for r in rounds) for n in names
+             if all("step_ms" in r[n] for r in rounds)}  # fmt: skip
+    print(f"\n{'contender':<17} {'median s':>9} {'step ms':>8} {'val loss (each round)':>24}")
     for name in names:
         losses = ", ".join(f"{r[name]['val_loss']:.3f}" for r in rounds if r[name]["val_loss"])
-        print(f"{name:<17} {medians[name]:9.1f} {losses:>24}")
+        step = f"{steps[name]:8.1f}" if name in steps else f"{'?':>8}"
+        print(f"{name:<17} {medians[name]:9.1f} {step} {losses:>24}")
     ratios: dict[str, dict] = {}
-    base = "nanogpt" if "nanogpt" in names else None
-    if base is not None:
-        for name in names:
-            if name == base:
-                continue
+    bases = [n for n in names if n.startswith("nanogpt")]
+    for name in (n for n in names if n.startswith("attnlab")):
+        for base in bases:
             per_round = [r[name]["seconds"] / r[base]["seconds"] for r in rounds]
-            ratios[name] = {"per_round": per_round, "of_medians": medians[name] / medians[base]}
+            key = name if base == "nanogpt" else f"{name}/{base}"  # against eager: the name
+            ratios[key] = {"per_round": per_round,
+                                        "of_medians": medians[name] / medians[base]}  # fmt: skip
             shown = " ".join(f"{x:.3f}" for x in per_round)
-            print(f"{name} / nanogpt: per round {shown}; of the medians "
-                  f"{ratios[name]['of_medians']:.3f}")  # fmt: skip
-    return {"rounds": rounds, "median_s": medians, "ratios_to_nanogpt": ratios}
+            print(f"{name} / {base}: per round {shown}; of the medians "
+                  f"{medians[name] / medians[base]:.3f}")  # fmt: skip
+        if bases:  # the issue's reading: against the faster nanoGPT of the two
+            faster = min(bases, key=lambda b: medians[b])
+            ratios[f"{name}/fastest_nanogpt"] = {"base": faster,
+                                                 "of_medians": medians[name] / medians[faster]}
+            print(f"{name} / the faster nanoGPT ({faster}): {medians[name] / medians[faster]:.3f}")
+    return {"rounds": rounds, "median_s": medians, "median_step_ms": steps,
+            "ratios_to_nanogpt": ratios}
 
 
 if __name__ == "__main__":
