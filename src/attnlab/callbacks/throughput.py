@@ -64,15 +64,22 @@ class TokenThroughput(L.Callback):
         self.seen_flops = 0.0
         self.counts_flops = True  # False for an architecture without a FLOP count
         self.startup_s: float | None = None
+        self._flops_shape: tuple | None = None  # the last batch's shapes and its FLOPs
+        self._batch_flops = 0.0
 
     def _flops(self, pl_module: Any, batch: Any) -> float:
         """``flops_in_batch``, or 0 once the architecture turns out to have no ``flops``
         (an architecture added without one still trains; perf/flops and MFU are left out)."""
         if self.counts_flops:
-            try:
-                return pl_module.flops_in_batch(batch)
-            except NotImplementedError:
-                self.counts_flops = False
+            shape = tuple((k, tuple(v.shape)) for k, v in batch.items() if hasattr(v, "shape"))
+            if shape != self._flops_shape:  # a batch's FLOPs depend only on its shapes
+                try:
+                    self._batch_flops = pl_module.flops_in_batch(batch)
+                except NotImplementedError:
+                    self.counts_flops = False
+                    return 0.0
+                self._flops_shape = shape
+            return self._batch_flops
         return 0.0
 
     def state_dict(self) -> dict[str, Any]:
