@@ -163,12 +163,9 @@ def test_a_plain_training_run_does_not_import_the_optional_stacks(tmp_path: Path
     from cli_runs import TINY
 
     started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "attnlab.train", *TINY,
-         "trainer.max_epochs=1", "data.train_size=32"], capture_output=True, text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO / "src"), "WANDB_MODE": "offline",
-             "ATTNLAB_LOG_DIR": str(tmp_path / "logs")}, cwd=tmp_path, timeout=300,
-    )  # fmt: skip
+    done, _ = imported_modules(
+        ["attnlab.train", *TINY, "trainer.max_epochs=1", "data.train_size=32"], tmp_path
+    )
     elapsed = time.perf_counter() - started
     assert done.returncode == 0, done.stderr[-2000:]
     chains = import_chains(done.stderr)

@@ -67,19 +67,21 @@ def run(name: str, command: list[str], cwd: Path, env: dict[str, str]) -> dict:
     if done.returncode != 0:
         tail = (done.stdout + done.stderr)[-3000:]
         raise SystemExit(f"error: {name} exited with {done.returncode}:\n{tail}")
-    return {"seconds": seconds, "val_loss": final_val_loss(name, done.stdout),
-            **step_times(name, done.stdout)}  # fmt: skip
+    summary = {} if name.startswith("nanogpt") else summary_of(done.stdout)
+    return {"seconds": seconds, "val_loss": final_val_loss(name, done.stdout, summary),
+            **step_times(name, done.stdout, summary)}  # fmt: skip
 
 
-def step_times(name: str, stdout: str) -> dict[str, float]:
+def step_times(name: str, stdout: str, summary: dict | None = None) -> dict[str, float]:
     """Training-step milliseconds. nanoGPT: the median of the iteration times it prints
     (every 50th; the first, with compilation, and those that ran an evaluation left out).
     attnlab: ``perf/train_s`` / steps, its mean measured step (validation excluded), and
-    ``startup_s``, the seconds before its first step."""
+    ``startup_s``, the seconds before its first step (``summary``: its summary.json, when
+    already read)."""
     if name.startswith("nanogpt"):
         times = [float(ms) for it, ms in NANOGPT_ITER.findall(stdout) if int(it) % 500]
         return {"step_ms": statistics.median(times)} if times else {}
-    summary = _summary(stdout)
+    summary = summary_of(stdout) if summary is None else summary
     train_s = summary.get("metrics", {}).get("perf/train_s")
     steps = summary.get("config", {}).get("trainer", {}).get("max_steps")
     out = {"step_ms": 1e3 * train_s / steps} if train_s and steps else {}
@@ -88,16 +90,18 @@ def step_times(name: str, stdout: str) -> dict[str, float]:
     return out
 
 
-def _summary(stdout: str) -> dict:
+def summary_of(stdout: str) -> dict:
+    """The summary.json an attnlab run names on its console, or {} when it names none."""
     match = re.search(r"summary:\s+(\S+summary\.json)", stdout)
     return json.loads(Path(match.group(1)).read_text()) if match else {}
 
 
-def final_val_loss(name: str, stdout: str) -> float | None:
+def final_val_loss(name: str, stdout: str, summary: dict | None = None) -> float | None:
     if name.startswith("nanogpt"):
         found = NANOGPT_VAL.findall(stdout)
         return float(found[-1][1]) if found else None
-    return _summary(stdout).get("metrics", {}).get("val/loss")
+    summary = summary_of(stdout) if summary is None else summary
+    return summary.get("metrics", {}).get("val/loss")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,16 +172,15 @@ def summarise(rounds: list[dict[str, dict]], names: list[str]) -> dict:
         for base in bases:
             per_round = [r[name]["seconds"] / r[base]["seconds"] for r in rounds]
             key = name if base == "nanogpt" else f"{name}/{base}"  # against eager: the name
-            ratios[key] = {"per_round": per_round,
-                                        "of_medians": medians[name] / medians[base]}  # fmt: skip
+            ratios[key] = {"per_round": per_round, "of_medians": medians[name] / medians[base]}
             shown = " ".join(f"{x:.3f}" for x in per_round)
             print(f"{name} / {base}: per round {shown}; of the medians "
                   f"{medians[name] / medians[base]:.3f}")  # fmt: skip
         if bases:  # the issue's reading: against the faster nanoGPT of the two
             faster = min(bases, key=lambda b: medians[b])
-            ratios[f"{name}/fastest_nanogpt"] = {"base": faster,
-                                                 "of_medians": medians[name] / medians[faster]}
-            print(f"{name} / the faster nanoGPT ({faster}): {medians[name] / medians[faster]:.3f}")
+            of_medians = medians[name] / medians[faster]
+            ratios[f"{name}/fastest_nanogpt"] = {"base": faster, "of_medians": of_medians}
+            print(f"{name} / the faster nanoGPT ({faster}): {of_medians:.3f}")
     return {"rounds": rounds, "median_s": medians, "median_step_ms": steps,
             "ratios_to_nanogpt": ratios}
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from attnlab.bench.race_nanogpt import summary_of
 
 REPO = Path(__file__).resolve().parents[3]
 # the bare import reports its own age once imported, as the run does at its first step
@@ -50,11 +51,10 @@ def _run(env: dict[str, str], cwd: Path) -> dict[str, float]:
     started = time.perf_counter()
     done = subprocess.run(RUN, env=env, cwd=cwd, capture_output=True, text=True)
     whole = time.perf_counter() - started
-    match = re.search(r"summary:\s+(\S+summary\.json)", done.stdout)
-    if done.returncode != 0 or match is None:
+    summary = summary_of(done.stdout)
+    if done.returncode != 0 or not summary:
         tail = (done.stdout + done.stderr)[-2000:]
         raise SystemExit(f"error: the one-step run exited with {done.returncode}:\n{tail}")
-    summary = json.loads(Path(match.group(1)).read_text())
     if summary.get("startup_s") is None:
         raise SystemExit("error: this system does not report a process's start time "
                          "(/proc); startup_s cannot be measured here")  # fmt: skip
