@@ -52,3 +52,15 @@ class TestExampleCount(L.Callback):
     def on_test_end(self, trainer: L.Trainer, pl_module: Any) -> None:
         name = f"test_examples_rank{trainer.global_rank}.txt"
         (Path(trainer.default_root_dir) / name).write_text(str(self.seen))
+
+
+class BatchRows(L.Callback):
+    """Before each training step: ``rows_rank<r>_step<s>.txt``, a short hash of each row of
+    the batch's tokens, so the samples a run read can be compared across runs and ranks."""
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, batch: Any,
+                             batch_idx: int) -> None:  # fmt: skip
+        rows = [hashlib.sha256(row.cpu().numpy().tobytes()).hexdigest()[:16]
+                for row in batch["tokens"]]  # fmt: skip
+        name = f"rows_rank{trainer.global_rank}_step{trainer.global_step}.txt"
+        (Path(trainer.default_root_dir) / name).write_text("\n".join(rows))

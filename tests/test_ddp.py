@@ -208,3 +208,70 @@ def test_fsdp_config_composes_to_an_fsdp_strategy() -> None:
     strategy = get_class(trainer.strategy._target_)
     assert strategy.__name__ == "FSDPStrategy"
     assert trainer.strategy.sharding_strategy == "FULL_SHARD"
+
+
+# data=tokens on two ranks of batch 4: 48 samples an epoch are 6 steps; a stop at 4 is
+# mid-epoch and the resumed run crosses into the next epoch
+TOKENS = [
+    "model=decoder_only", "data=tokens", "data.block_size=32", "data.samples_per_epoch=48",
+    "data.eval_blocks=8", "model.d_model=16", "model.n_heads=2", "model.n_layers=1",
+    "model.dropout=0.2", "optim.warmup_steps=1", "optim.decay_steps=8", "trainer.max_epochs=-1",
+    "test=false", "trainer.enable_progress_bar=false",
+    "+callbacks.rank_checksum._target_=rank_checksum.ParameterChecksum",
+    "+callbacks.rows._target_=rank_checksum.BatchRows",
+]  # fmt: skip
+TOKEN_TARGETS = "rank_checksum.ParameterChecksum,rank_checksum.BatchRows"
+
+
+def _rows(run_dir: Path, rank: int, step: int) -> list[str]:
+    return (run_dir / f"rows_rank{rank}_step{step}.txt").read_text().split()
+
+
+@pytest.fixture(scope="module")
+def token_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from token_folders import prepared_folder
+
+    return prepared_folder(tmp_path_factory.mktemp("token_folder"))
+
+
+@pytest.mark.slow
+def test_a_ddp_run_on_tokens_killed_mid_epoch_resumes_to_the_same_weights(
+    tmp_path: Path, token_folder: Path
+) -> None:
+    """Every rank continues with its next unseen batch (and its own dropout states): the
+    final weights equal those of the run that never stopped."""
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    common = [*TOKENS, "trainer=ddp_cpu", "data.batch_size=4", f"data.path={token_folder}"]
+    for args in ([f"hydra.run.dir={whole}", "trainer.max_steps=8"],
+                 [f"hydra.run.dir={parts}", "trainer.max_steps=4"],
+                 [f"hydra.run.dir={parts}", "trainer.max_steps=8", "ckpt_path=last"]):
+        done = train(tmp_path, ["-m", "attnlab.train", *common, *args], TOKEN_TARGETS)
+        assert done.returncode == 0, done.stderr[-3000:]
+    for step in range(8):
+        ranks = [_rows(whole, r, step) for r in (0, 1)]
+        assert not set(ranks[0]) & set(ranks[1])  # disjoint samples
+        assert [_rows(parts, r, step) for r in (0, 1)] == ranks, step
+    checksums = {d.name: {json.loads(p.read_text())["sha256"]
+                          for p in d.glob("param_checksum_rank*.json")} for d in (whole, parts)}
+    assert len(checksums["whole"]) == 1 and checksums["whole"] == checksums["parts"]
+
+
+@pytest.mark.slow
+def test_a_ddp_run_on_tokens_resumed_on_one_process_continues_without_repeating(
+    tmp_path: Path, token_folder: Path
+) -> None:
+    """Two ranks of batch 4 for 3 steps, then one process of batch 8 from their
+    checkpoint: the samples read are those of one process of batch 8 from the start."""
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    data = [*TOKENS, f"data.path={token_folder}"]
+    for args in (["trainer=cpu", "data.batch_size=8", f"hydra.run.dir={whole}",
+                  "trainer.max_steps=6"],
+                 ["trainer=ddp_cpu", "data.batch_size=4", f"hydra.run.dir={parts}",
+                  "trainer.max_steps=3"],
+                 ["trainer=cpu", "data.batch_size=8", f"hydra.run.dir={parts}",
+                  "trainer.max_steps=6", f"ckpt_path={parts / 'checkpoints' / 'last.ckpt'}"]):
+        done = train(tmp_path, ["-m", "attnlab.train", *data, *args], TOKEN_TARGETS)
+        assert done.returncode == 0, done.stderr[-3000:]
+    for step in range(6):
+        read = _rows(parts, 0, step) + (_rows(parts, 1, step) if step < 3 else [])
+        assert read == _rows(whole, 0, step), step

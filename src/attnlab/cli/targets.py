@@ -27,6 +27,7 @@ from attnlab.errors import ConfigError
 DATA_MODULES = frozenset({
     "attnlab.data.synthetic.SyntheticDataModule",
     "attnlab.data.text.TextDataModule",
+    "attnlab.data.tokens.TokensDataModule",
     "attnlab.data.translation.TranslationDataModule",
     "attnlab.data.classification.ClassificationDataModule",
     "attnlab.data.images.DigitsDataModule",

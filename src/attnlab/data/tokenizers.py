@@ -12,14 +12,16 @@ import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import numpy as np
 from tokenizers import Tokenizer as HFTokenizerModel
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from attnlab.data.base import NUM_SPECIAL, SPECIAL_TOKENS, UNK
 from attnlab.errors import ConfigError, DataError
+from attnlab.special_tokens import NUM_SPECIAL, SPECIAL_TOKENS, UNK
 
 TOKENIZER_KINDS = ("char", "bpe", "word")
 _CHAR_FORMAT = "attnlab-char"  # marks our own JSON; anything else is a HF tokenizer file
+_OFFSET_FORMAT = "attnlab-offset"  # a foreign tokenizer.json with its ids moved up
 
 
 def _write_atomic(path: str | Path, text: str) -> None:
@@ -52,6 +54,18 @@ class CharTokenizer:
         """Text to ids; characters outside the vocabulary become ``UNK``."""
         get = self._ids.get
         return [get(c, UNK) for c in text]
+
+    def encode_array(self, text: str) -> np.ndarray:
+        """``encode`` as an int64 array, by a vectorised look-up of code points (fast)."""
+        if not hasattr(self, "_points"):
+            points = np.array([ord(c) for c in self.chars], dtype=np.int64)
+            order = np.argsort(points)
+            self._points, self._point_ids = points[order], order + NUM_SPECIAL
+        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+        if not len(self._points):
+            return np.full(len(codes), UNK, dtype=np.int64)
+        at = np.searchsorted(self._points, codes).clip(0, len(self._points) - 1)
+        return np.where(self._points[at] == codes, self._point_ids[at], UNK)
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """``encode`` for many texts."""
@@ -152,7 +166,42 @@ class WordTokenizer(HFTokenizer):
         return cls(tok)
 
 
-AnyTokenizer = CharTokenizer | HFTokenizer
+class OffsetTokenizer:
+    """A ``tokenizer.json`` made elsewhere (GPT-2's, say) that lacks attnlab's special tokens:
+    its ids are moved up by ``NUM_SPECIAL``, so ids 0–5 stay attnlab's specials and every
+    task, mask and decoder works unchanged. Id ``i`` of the file is attnlab's ``i + 6``
+    (GPT-2's 50 257 tokens become a vocabulary of 50 263)."""
+
+    kind = "offset"
+
+    def __init__(self, tokenizer: HFTokenizerModel) -> None:
+        self.hf = tokenizer
+        self.vocab_size = NUM_SPECIAL + tokenizer.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        """Text to attnlab ids (the file's ids + 6), no special tokens added."""
+        return [i + NUM_SPECIAL for i in self.hf.encode(text, add_special_tokens=False).ids]
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """``encode`` for many texts, in parallel (Rust)."""
+        batch = self.hf.encode_batch(list(texts), add_special_tokens=False)
+        return [[i + NUM_SPECIAL for i in e.ids] for e in batch]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Attnlab ids to text; attnlab's special tokens are dropped."""
+        return self.hf.decode([i - NUM_SPECIAL for i in ids if i >= NUM_SPECIAL])
+
+    def to_json(self) -> str:
+        """The file's JSON wrapped with the offset, so a run directory restores it."""
+        return json.dumps({"format": _OFFSET_FORMAT, "offset": NUM_SPECIAL,
+                           "tokenizer": self.hf.to_str()})  # fmt: skip
+
+    def save(self, path: str | Path) -> None:
+        """Write the JSON to ``path`` (atomically)."""
+        _write_atomic(path, self.to_json())
+
+
+AnyTokenizer = CharTokenizer | HFTokenizer | OffsetTokenizer
 
 
 def train_tokenizer(kind: str, texts: Sequence[str], vocab_size: int | None) -> AnyTokenizer:
@@ -169,30 +218,38 @@ def train_tokenizer(kind: str, texts: Sequence[str], vocab_size: int | None) -> 
     return cls.train(texts, vocab_size)
 
 
-def tokenizer_from_json(text: str) -> AnyTokenizer:
-    """Restore a tokenizer from the JSON written by ``save``/``to_json``."""
+def tokenizer_from_json(text: str, foreign: bool = False) -> AnyTokenizer:
+    """Restore a tokenizer from the JSON written by ``save``/``to_json``. ``foreign``: a
+    Hugging Face file without attnlab's special tokens becomes an :class:`OffsetTokenizer`
+    (otherwise it is refused)."""
     obj = json.loads(text)
     if obj.get("format") == _CHAR_FORMAT:
         return CharTokenizer(obj["chars"])
+    if obj.get("format") == _OFFSET_FORMAT:
+        return OffsetTokenizer(HFTokenizerModel.from_str(obj["tokenizer"]))
     if obj.get("kind") == "symbols":  # a synthetic task's symbol names
         from attnlab.data.synthetic import SymbolTokenizer
 
         return SymbolTokenizer(obj["symbols"])  # type: ignore[return-value]
     hf = HFTokenizerModel.from_str(text)
+    own = all(hf.token_to_id(token) == i for i, token in enumerate(SPECIAL_TOKENS))
+    if foreign and not own:
+        return OffsetTokenizer(hf)
     model_type = obj.get("model", {}).get("type")
     cls = {"BPE": BPETokenizer, "WordLevel": WordTokenizer}.get(model_type, HFTokenizer)
     return cls(hf)
 
 
-def load_tokenizer(path: str | Path) -> AnyTokenizer:
-    """Load a tokenizer saved by a data module (``<run_dir>/tokenizer.json``)."""
+def load_tokenizer(path: str | Path, foreign: bool = False) -> AnyTokenizer:
+    """Load a tokenizer saved by a data module (``<run_dir>/tokenizer.json``); ``foreign``:
+    any Hugging Face ``tokenizer.json`` (see :func:`tokenizer_from_json`)."""
     path = Path(path)
     if not path.is_file():
         raise DataError(
             f"tokenizer: no file {path}; pass the run directory that holds tokenizer.json"
         )
     try:
-        return tokenizer_from_json(path.read_text(encoding="utf-8"))
+        return tokenizer_from_json(path.read_text(encoding="utf-8"), foreign)
     except DataError:
         raise
     except Exception as e:  # json, KeyError, or tokenizers' plain Exception

@@ -1,0 +1,169 @@
+"""attnlab's token-shard folder: what ``attnlab-prepare`` writes and ``data=tokens`` reads.
+
+A folder holds, per split (``train``, ``val``, ``test``), fixed-size shards of
+token ids, raw little-endian ``uint16`` (when the vocabulary fits) or ``uint32``
+with no header (``np.memmap`` opens them as they are, as nanoGPT's ``train.bin``),
+each with a ``.docs`` file beside it (``int64`` offsets in the shard where a
+document starts), the tokenizer (``tokenizer.json``) and ``index.json``::
+
+    {"format": "attnlab-tokens", "version": 1, "dtype": "uint16", "vocab_size": 50263,
+     "tokenizer": {"file": "tokenizer.json", "kind": "offset", "separator": 2},
+     "shard_tokens": 67108864,
+     "splits": {"train": {"tokens": …, "documents": …, "shards": [
+         {"file": "train_000000.bin", "tokens": …, "documents": …,
+          "sha256": "…", "docs_sha256": "…"}, …]}, "val": {…}, "test": {…}},
+     "settings": {…}, "command": "attnlab-prepare …"}
+
+Every shard but a split's last holds exactly ``shard_tokens`` tokens; a document
+runs on across a shard boundary. Files are written to a temporary name and
+renamed, so a shard is whole or absent, and ``index.json`` is written last.
+Opening a folder reads ``index.json`` and maps each shard: O(shards), not O(tokens).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnlab.errors import DataError
+
+FORMAT = "attnlab-tokens"
+VERSION = 1
+INDEX = "index.json"
+SPLITS = ("train", "val", "test")
+
+
+def dtype_for(vocab_size: int) -> str:
+    """``uint16`` while every id fits in it, else ``uint32``."""
+    return "uint16" if vocab_size <= 2**16 else "uint32"
+
+
+def sha256_file(path: Path, chunk: int = 1 << 24) -> str:
+    """The hex SHA-256 of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_atomic(path: Path, data: bytes | np.ndarray) -> None:
+    """``data`` into ``path`` by way of a temporary file and a rename: whole or absent."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data.tobytes() if isinstance(data, np.ndarray) else data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """``obj`` as indented JSON into ``path``, atomically."""
+    write_atomic(path, (json.dumps(obj, indent=1) + "\n").encode())
+
+
+def read_index(folder: str | os.PathLike, key: str = "data.path") -> dict[str, Any]:
+    """``index.json`` of a prepared folder; DataError naming ``key`` and the fix otherwise."""
+    folder = Path(os.path.expanduser(str(folder)))
+    path = folder / INDEX
+    if not folder.is_dir():
+        raise DataError(
+            f"{key}: folder not found: {folder}; prepare one with "
+            f"`attnlab-prepare <text files> --out {folder}`"
+        )
+    if not path.is_file():
+        state = " (its preparation did not finish: run the same attnlab-prepare again)" if (
+            folder / ".prepare-state.json").is_file() else ""  # fmt: skip
+        raise DataError(
+            f"{key}: {folder} holds no {INDEX}{state}; point {key} at a folder that "
+            "attnlab-prepare wrote"
+        )
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DataError(f"{key}: {path} is not valid JSON ({e}); prepare the folder again") from e
+    if not isinstance(index, dict) or index.get("format") != FORMAT:
+        raise DataError(f"{key}: {path} is not an attnlab token index; prepare the folder again")
+    if index.get("version") != VERSION:
+        raise DataError(
+            f"{key}: {path} has format version {index.get('version')}, this attnlab reads "
+            f"{VERSION}; prepare the folder again with this attnlab"
+        )
+    return index
+
+
+@dataclass
+class Shard:
+    """One mapped shard: its tokens (read-only ``np.memmap``) and where documents start."""
+
+    tokens: np.ndarray
+    path: Path
+
+
+class ShardedTokens:
+    """One split's shards as one read-only token stream.
+
+    ``stream[a:b]`` is a torch ``int64`` tensor of tokens ``a … b-1`` across shard
+    boundaries; :meth:`blocks` gathers many equal-length windows at once.
+    """
+
+    def __init__(self, folder: Path, index: dict[str, Any], split: str, key: str) -> None:
+        info = index["splits"].get(split) or {"shards": []}
+        dtype = np.dtype(index["dtype"])
+        self.shards: list[Shard] = []
+        for entry in info["shards"]:
+            path = folder / entry["file"]
+            expected = int(entry["tokens"]) * dtype.itemsize
+            size = path.stat().st_size if path.is_file() else None
+            if size != expected:
+                what = "missing" if size is None else f"{size} bytes, the index says {expected}"
+                raise DataError(
+                    f"{key}: shard {path} is {what}; prepare the folder again "
+                    "(attnlab-prepare writes whole shards only)"
+                )
+            tokens = np.memmap(path, dtype=dtype, mode="r") if expected else np.zeros(0, dtype)
+            self.shards.append(Shard(tokens, path))
+        sizes = [len(s.tokens) for s in self.shards]
+        self.offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+        self.n_tokens = int(self.offsets[-1])
+
+    def __len__(self) -> int:
+        return self.n_tokens
+
+    def _read(self, start: int, stop: int) -> np.ndarray:
+        first = int(np.searchsorted(self.offsets, start, side="right")) - 1
+        parts, at = [], start
+        while at < stop:
+            shard = self.shards[first]
+            local = at - int(self.offsets[first])
+            take = min(stop - at, len(shard.tokens) - local)
+            parts.append(shard.tokens[local : local + take])
+            at, first = at + take, first + 1
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def __getitem__(self, item: slice) -> torch.Tensor:
+        start, stop, _ = item.indices(self.n_tokens)
+        return torch.from_numpy(self._read(start, max(start, stop)).astype(np.int64))
+
+    def blocks(self, starts: np.ndarray, length: int) -> torch.Tensor:
+        """``(len(starts), length)`` int64 tokens, row ``i`` from ``starts[i]``."""
+        out = np.empty((len(starts), length), dtype=np.int64)
+        for row, start in enumerate(starts.tolist()):
+            out[row] = self._read(start, start + length)
+        return torch.from_numpy(out)
+
+
+def open_split(folder: str | os.PathLike, split: str, key: str = "data.path") -> ShardedTokens:
+    """A split of a prepared folder as a :class:`ShardedTokens` (``index.json`` checked)."""
+    folder = Path(os.path.expanduser(str(folder)))
+    return ShardedTokens(folder, read_index(folder, key), split, key)

@@ -1,0 +1,506 @@
+"""attnlab-prepare: tokenize a corpus once into a folder of token shards for ``data=tokens``.
+
+usage: attnlab-prepare INPUT [INPUT ...] --out FOLDER [options]
+
+INPUT: text files (plain or .gz), globs ('corpus/*.txt.gz'), JSON-lines or parquet
+files (the --text-field of a record is a document), a folder written by a Hugging
+Face dataset's save_to_disk, or hf:<name> (a dataset in the local Hugging Face cache;
+--streaming reads it lazily). In text files a document is a file, a blank-line-separated
+paragraph or a line (--unit). Validation and test documents are held out by document:
+each training document goes to val with probability --val-fraction (a hash of --seed and
+its position, so the same inputs always split alike), unless --val/--test name files.
+
+  --out FOLDER            where the shards go (a new folder, or this command's own
+                          unfinished one: a killed run continues where it stopped)
+  --tokenizer KIND|PATH   bpe (byte-level BPE trained on a sample of the training
+                          documents), char, or a tokenizer.json (e.g. GPT-2's; ids that
+                          are not attnlab's are moved up by 6). Default: bpe
+  --vocab-size N          bpe vocabulary, special tokens included (default 8192)
+  --tokenizer-sample-mb N text the tokenizer is trained on (default 64)
+  --unit file|paragraph|line   a text file's documents (default paragraph)
+  --text-field NAME       the field of JSON-lines/parquet/dataset records (default text)
+  --hf-split NAME         the split of a Hugging Face dataset (default train)
+  --streaming             read hf:<name> with streaming=True
+  --val SRC [SRC ...]     validation documents from these inputs instead of a fraction
+  --test SRC [SRC ...]    test documents from these inputs instead of a fraction
+  --val-fraction F        default 0.005;  --test-fraction F  default 0 (test reuses val)
+  --shard-tokens N        tokens per shard (default 67108864: 128 MiB of uint16)
+  --dtype auto|uint16|uint32   auto: uint16 while the vocabulary fits
+  --workers N             tokenizing processes, one thread each (default: up to 4;
+                          0: this process, with the tokenizer's own threads)
+  --seed N                the held-out draw (default 0)
+
+Each document is followed by <eos> (id 2). The folder holds <split>_NNNNNN.bin shards
+(raw token ids), a .docs file per shard (where documents start), tokenizer.json and
+index.json (counts, checksums, settings, this command). Train on it with
+`attnlab-train data=tokens data.path=FOLDER`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import json
+import multiprocessing
+import os
+import shlex
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attnlab.data.documents import UNITS, Source, documents, expand_sources
+from attnlab.data.shards import (
+    FORMAT,
+    INDEX,
+    SPLITS,
+    VERSION,
+    dtype_for,
+    sha256_file,
+    write_atomic,
+    write_json_atomic,
+)
+from attnlab.errors import ConfigError, DataError
+
+STATE = ".prepare-state.json"
+DEFAULT_SHARD_TOKENS = 1 << 26
+
+
+# -- arguments ------------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, as every attnlab command
+        raise ConfigError(f"{message}; see attnlab-prepare --help")
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = _Parser(prog="attnlab-prepare", add_help=False)
+    p.add_argument("inputs", nargs="*")
+    p.add_argument("--out")
+    p.add_argument("--tokenizer", default="bpe")
+    p.add_argument("--vocab-size", type=int, default=8192)
+    p.add_argument("--tokenizer-sample-mb", type=float, default=64.0)
+    p.add_argument("--unit", choices=UNITS, default="paragraph")
+    p.add_argument("--text-field", default="text")
+    p.add_argument("--hf-split", default="train")
+    p.add_argument("--streaming", action="store_true")
+    p.add_argument("--val", nargs="+", default=None)
+    p.add_argument("--test", nargs="+", default=None)
+    p.add_argument("--val-fraction", type=float, default=0.005)
+    p.add_argument("--test-fraction", type=float, default=0.0)
+    p.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS)
+    p.add_argument("--dtype", choices=("auto", "uint16", "uint32"), default="auto")
+    p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1))
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    if not args.inputs:
+        raise ConfigError("no INPUT given; pass text, JSON-lines or parquet files, or hf:<name>")
+    if not args.out:
+        raise ConfigError("--out is not set; name the folder the shards go to")
+    if args.shard_tokens < 1024:
+        raise ConfigError(f"--shard-tokens must be at least 1024, got {args.shard_tokens}")
+    fractions = (args.val_fraction if args.val is None else 0.0) + (
+        args.test_fraction if args.test is None else 0.0)  # fmt: skip
+    if not (0.0 <= args.val_fraction < 1.0 and 0.0 <= args.test_fraction < 1.0) or fractions >= 1:
+        raise ConfigError("--val-fraction and --test-fraction must lie in [0, 1) and sum below 1")
+    if args.val is None and args.val_fraction == 0.0:
+        raise ConfigError("no validation documents: set --val-fraction > 0 or pass --val FILES")
+    if args.workers < 0:
+        raise ConfigError(f"--workers must be 0 or more, got {args.workers}")
+    return args
+
+
+# -- which split a document belongs to ------------------------------------------------------
+def held_out_draw(seed: int, ordinal: int) -> float:
+    """A uniform number in [0, 1) for document ``ordinal``: the same for the same seed."""
+    digest = hashlib.blake2b(b"%d:%d" % (seed, ordinal), digest_size=8).digest()
+    return int.from_bytes(digest, "little") / 2.0**64
+
+
+class Corpus:
+    """The training inputs (and any explicit val/test inputs) as one stream of pieces,
+    each tagged with its split and its document's ordinal."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.sources = {"train": expand_sources(args.inputs)}
+        for split in ("val", "test"):
+            given = getattr(args, split)
+            if given is not None:
+                self.sources[split] = expand_sources(given, f"--{split}")
+
+    def _documents(self, sources: list[Source], key: str) -> Iterator[tuple[str, bool]]:
+        a = self.args
+        return documents(sources, a.unit, a.text_field, a.hf_split, a.streaming, key)
+
+    def _split_of(self, ordinal: int) -> str:
+        a = self.args
+        val = a.val_fraction if a.val is None else 0.0
+        test = a.test_fraction if a.test is None else 0.0
+        u = held_out_draw(a.seed, ordinal)
+        return "val" if u < val else "test" if u < val + test else "train"
+
+    def pieces(self) -> Iterator[tuple[str, str, bool, int]]:
+        """``(split, text, ends its document, document ordinal)`` in input order."""
+        ordinal = 0
+        for text, last in self._documents(self.sources["train"], "input"):
+            yield self._split_of(ordinal), text, last, ordinal
+            ordinal += last
+        for split in ("val", "test"):
+            for text, last in self._documents(self.sources.get(split, []), f"--{split}"):
+                yield split, text, last, ordinal
+                ordinal += last
+
+    def sample(self, megabytes: float) -> Iterator[str]:
+        """Training pieces from the start of the corpus, up to ``megabytes`` of text."""
+        budget = int(megabytes * 1e6)
+        for split, text, _, _ in self.pieces():
+            if budget <= 0:
+                return
+            if split == "train":
+                budget -= len(text.encode())
+                yield text
+
+    def identity(self) -> dict[str, Any]:
+        return {split: [s.identity() for s in sources] for split, sources in self.sources.items()}
+
+
+# -- the tokenizer --------------------------------------------------------------------------
+def make_tokenizer(args: argparse.Namespace, corpus: Corpus) -> Any:
+    from attnlab.data.tokenizers import BPETokenizer, CharTokenizer, load_tokenizer
+
+    if args.tokenizer == "char":
+        return CharTokenizer.train(corpus.sample(args.tokenizer_sample_mb))
+    if args.tokenizer == "bpe":
+        if args.vocab_size <= 262:
+            raise ConfigError(
+                f"--vocab-size must exceed 262 (256 bytes + 6 specials), got {args.vocab_size}")
+        return BPETokenizer.train(corpus.sample(args.tokenizer_sample_mb), args.vocab_size)
+    path = Path(os.path.expanduser(args.tokenizer))
+    if not path.is_file():
+        raise ConfigError(
+            f"--tokenizer: {args.tokenizer!r} is neither bpe, char nor a tokenizer.json file; "
+            "pass one of those"
+        )
+    return load_tokenizer(path, foreign=True)
+
+
+def tokenizer_identity(args: argparse.Namespace) -> dict[str, Any]:
+    if args.tokenizer in ("char", "bpe"):
+        vocab = args.vocab_size if args.tokenizer == "bpe" else None
+        return {"kind": args.tokenizer, "vocab_size": vocab,
+                "sample_mb": args.tokenizer_sample_mb}  # fmt: skip
+    path = Path(os.path.expanduser(args.tokenizer))
+    return {"file": str(path.resolve()), "sha256": sha256_file(path) if path.is_file() else None}
+
+
+# -- encoding, in worker processes ----------------------------------------------------------
+_WORKER_TOKENIZER: Any = None
+
+
+def _start_worker(tokenizer_json: str) -> None:
+    global _WORKER_TOKENIZER
+    from attnlab.data.tokenizers import tokenizer_from_json
+
+    _WORKER_TOKENIZER = tokenizer_from_json(tokenizer_json, foreign=True)
+
+
+def encode_pieces(texts: list[str], tokenizer: Any = None, dtype: str = "uint32"
+                  ) -> list[np.ndarray]:  # fmt: skip
+    """Each text's ids as an array of ``dtype``."""
+    tokenizer = tokenizer if tokenizer is not None else _WORKER_TOKENIZER
+    if hasattr(tokenizer, "encode_array"):  # characters: a vectorised look-up
+        return [tokenizer.encode_array(t).astype(dtype) for t in texts]
+    return [np.array(ids, dtype=dtype) for ids in tokenizer.encode_batch(texts)]
+
+
+def _tasks(pieces: Iterator[tuple[str, str, bool, int]], max_chars: int = 1 << 20,
+           max_pieces: int = 4096) -> Iterator[tuple[list[tuple[str, bool, int]], list[str]]]:
+    """Pieces grouped into tasks of about ``max_chars`` characters."""
+    meta: list[tuple[str, bool, int]] = []
+    texts: list[str] = []
+    size = 0
+    for split, text, last, ordinal in pieces:
+        meta.append((split, last, ordinal))
+        texts.append(text)
+        size += len(text)
+        if size >= max_chars or len(texts) >= max_pieces:
+            yield meta, texts
+            meta, texts, size = [], [], 0
+    if texts:
+        yield meta, texts
+
+
+def encoded(tasks: Iterator[tuple[list, list[str]]], tokenizer: Any, workers: int, dtype: str
+            ) -> Iterator[tuple[list, list[np.ndarray]]]:  # fmt: skip
+    """Each task with its ids, in order; at most ``2 × workers + 1`` tasks in flight, so
+    memory holds a few tasks, not the corpus."""
+    if workers == 0:
+        for meta, texts in tasks:
+            yield meta, encode_pieces(texts, tokenizer, dtype)
+        return
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread a worker: processes scale
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    with context.Pool(workers, _start_worker, (tokenizer.to_json(),)) as pool:
+        pending: collections.deque = collections.deque()
+        for meta, texts in tasks:
+            pending.append((meta, pool.apply_async(encode_pieces, (texts, None, dtype))))
+            if len(pending) > 2 * workers:
+                meta0, result = pending.popleft()
+                yield meta0, result.get()
+        while pending:
+            meta0, result = pending.popleft()
+            yield meta0, result.get()
+
+
+# -- shards ---------------------------------------------------------------------------------
+class SplitWriter:
+    """One split's shards: tokens gather in memory until a shard is full, then it is
+    written (temporary file + rename) with its document starts and checksum."""
+
+    def __init__(self, folder: Path, split: str, dtype: str, shard_tokens: int) -> None:
+        self.folder, self.split, self.dtype, self.shard_tokens = folder, split, dtype, shard_tokens
+        self.chunks: list[np.ndarray] = []
+        self.pending = 0  # tokens in self.chunks
+        self.doc_starts: list[int] = []  # split-wide offsets of documents not yet in a shard
+        self.shards: list[dict[str, Any]] = []
+        self.written = 0  # tokens in finished shards
+        self.documents = 0
+        self.at_document_start = True
+
+    def add(self, ids: np.ndarray, ends_document: bool, separator: int | None) -> int:
+        """Append a piece; returns how many shards it completed."""
+        if self.at_document_start:
+            self.doc_starts.append(self.written + self.pending)
+            self.documents += 1
+        if ends_document and separator is not None:
+            ids = np.concatenate([ids, np.array([separator], dtype=self.dtype)])
+        self.at_document_start = ends_document
+        self.chunks.append(ids)
+        self.pending += len(ids)
+        done = 0
+        while self.pending >= self.shard_tokens:
+            self._write_shard(self.shard_tokens)
+            done += 1
+        return done
+
+    def _take(self, n: int) -> np.ndarray:
+        tokens = np.concatenate(self.chunks) if len(self.chunks) > 1 else self.chunks[0]
+        self.chunks = [tokens[n:]] if n < len(tokens) else []
+        self.pending -= n
+        return tokens[:n]
+
+    def _write_shard(self, n: int) -> None:
+        tokens = self._take(n) if n else np.zeros(0, self.dtype)
+        start, stop = self.written, self.written + n
+        starts = [s - start for s in self.doc_starts if s < stop]
+        self.doc_starts = [s for s in self.doc_starts if s >= stop]
+        name = f"{self.split}_{len(self.shards):06d}"
+        bin_path, docs_path = self.folder / f"{name}.bin", self.folder / f"{name}.docs"
+        docs = np.array(starts, dtype=np.int64)
+        write_atomic(docs_path, docs)
+        write_atomic(bin_path, np.ascontiguousarray(tokens))
+        self.shards.append({
+            "file": bin_path.name, "docs": docs_path.name, "tokens": int(n),
+            "documents": len(starts), "sha256": hashlib.sha256(tokens.tobytes()).hexdigest(),
+            "docs_sha256": hashlib.sha256(docs.tobytes()).hexdigest(),
+        })  # fmt: skip
+        self.written = stop
+
+    def close(self) -> None:
+        """Write what is left as the split's last (shorter) shard."""
+        if self.pending or not self.shards:
+            self._write_shard(self.pending)
+
+    # what a resumed preparation needs: the finished shards and the tokens not yet in one
+    def save_pending(self, generation: int) -> dict[str, Any]:
+        tokens = np.concatenate(self.chunks) if self.chunks else np.zeros(0, self.dtype)
+        self.chunks = [tokens] if len(tokens) else []
+        name = f".pending-{self.split}-{generation}"
+        write_atomic(self.folder / f"{name}.bin", tokens)
+        write_atomic(self.folder / f"{name}.docs", np.array(self.doc_starts, dtype=np.int64))
+        return {"shards": self.shards, "written": self.written, "documents": self.documents,
+                "pending": name}  # fmt: skip
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.shards, self.written = list(state["shards"]), int(state["written"])
+        self.documents = int(state["documents"])
+        for shard in self.shards:
+            path = self.folder / shard["file"]
+            size = np.dtype(self.dtype).itemsize * int(shard["tokens"])
+            if not path.is_file() or path.stat().st_size != size:
+                raise DataError(
+                    f"--out: shard {path} of the unfinished preparation is missing or cut "
+                    "short; delete the folder and prepare again"
+                )
+        pending = self.folder / state["pending"]
+        tokens = np.fromfile(f"{pending}.bin", dtype=self.dtype)
+        self.chunks = [tokens] if len(tokens) else []
+        self.pending = len(tokens)
+        self.doc_starts = np.fromfile(f"{pending}.docs", dtype=np.int64).tolist()
+
+
+# -- the folder -----------------------------------------------------------------------------
+def settings_of(args: argparse.Namespace, corpus: Corpus) -> dict[str, Any]:
+    """Everything the shards depend on (not --workers: any count writes the same bytes)."""
+    return {
+        "inputs": corpus.identity(), "tokenizer": tokenizer_identity(args), "unit": args.unit,
+        "text_field": args.text_field, "hf_split": args.hf_split,
+        "val_fraction": None if args.val is not None else args.val_fraction,
+        "test_fraction": None if args.test is not None else args.test_fraction,
+        "shard_tokens": args.shard_tokens, "dtype": args.dtype, "seed": args.seed,
+        "separator": "eos",
+    }  # fmt: skip
+
+
+def check_folder(out: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
+    """The saved state of this command's unfinished run in ``out``, None for a new folder;
+    DataError when ``out`` holds anything else (nothing there is touched)."""
+    if out.exists() and not out.is_dir():
+        raise DataError(f"--out: {out} is a file; name a folder")
+    if not out.exists():
+        return None
+    for name, what in ((INDEX, "prepared shards"), (STATE, "an unfinished preparation")):
+        path = out / name
+        if path.is_file():
+            try:
+                saved = json.loads(path.read_text(encoding="utf-8")).get("settings")
+            except (OSError, ValueError):
+                saved = None
+            if saved != settings:
+                raise DataError(
+                    f"--out: {out} already holds {what} made from other inputs or settings; "
+                    "choose another --out (or delete that folder to replace it)"
+                )
+            return json.loads(path.read_text(encoding="utf-8"))
+    if any(out.iterdir()):
+        raise DataError(f"--out: {out} is not empty and holds no attnlab shards; choose "
+                        "another --out (a new or empty folder)")  # fmt: skip
+    return None
+
+
+def _report(writers: dict[str, SplitWriter], started: float, tokens_at_start: int) -> str:
+    total = sum(w.written + w.pending for w in writers.values())
+    rate = (total - tokens_at_start) / max(time.perf_counter() - started, 1e-9)
+    parts = [f"{s} {w.written + w.pending:,} tokens" for s, w in writers.items()]
+    return f"{', '.join(parts)} ({rate / 1e6:.2f} M tokens/s)"
+
+
+def prepare(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
+    """Tokenize the corpus into ``args.out``; returns the index."""
+    corpus = Corpus(args)
+    out = Path(os.path.expanduser(args.out))
+    settings = settings_of(args, corpus)
+    saved = check_folder(out, settings)
+    if saved is not None and saved.get("format") == FORMAT:  # already prepared
+        print(f"{out} already holds these shards; nothing to do")
+        return saved
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        return _prepare_into(out, args, argv, corpus, settings, saved)
+    except BaseException:
+        if created and not (out / STATE).is_file():  # nothing worth keeping: leave no trace
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+def _prepare_into(out: Path, args: argparse.Namespace, argv: list[str], corpus: Corpus,
+                  settings: dict[str, Any], saved: dict[str, Any] | None) -> dict[str, Any]:
+    from attnlab.data.tokenizers import tokenizer_from_json
+    from attnlab.special_tokens import EOS
+
+    tokenizer_path = out / "tokenizer.json"
+    if saved is not None:
+        tokenizer = tokenizer_from_json(tokenizer_path.read_text(encoding="utf-8"), foreign=True)
+    else:
+        tokenizer = make_tokenizer(args, corpus)
+    dtype = dtype_for(tokenizer.vocab_size) if args.dtype == "auto" else args.dtype
+    if tokenizer.vocab_size > np.iinfo(dtype).max + 1:
+        raise ConfigError(
+            f"--dtype {dtype} holds ids below {np.iinfo(dtype).max + 1}, but the vocabulary has "
+            f"{tokenizer.vocab_size}; use --dtype uint32 (or auto)"
+        )
+    if saved is None:
+        write_atomic(tokenizer_path, tokenizer.to_json().encode())
+    writers = {s: SplitWriter(out, s, dtype, args.shard_tokens) for s in SPLITS}
+    done, generation = 0, 0
+    if saved is not None:
+        done, generation = int(saved["documents_done"]), int(saved["generation"])
+        for split, state in saved["splits"].items():
+            writers[split].restore(state)
+        print(f"continuing the preparation in {out} after {done:,} documents")
+    tokens_at_start = sum(w.written + w.pending for w in writers.values())
+    started = last_report = time.perf_counter()
+    unsaved = False  # a shard finished since the state was last written
+
+    def save_state() -> None:
+        nonlocal generation
+        generation += 1
+        splits = {s: w.save_pending(generation) for s, w in writers.items()}
+        write_json_atomic(out / STATE, {"settings": settings, "documents_done": done,
+                                        "generation": generation, "splits": splits})
+        for old in out.glob(f".pending-*-{generation - 1}.*"):
+            old.unlink()
+
+    pieces = (p for p in corpus.pieces() if p[3] >= done)  # a resumed run skips what is done
+    for meta, ids in encoded(_tasks(pieces), tokenizer, args.workers, dtype):
+        for (split, last, ordinal), piece in zip(meta, ids, strict=True):
+            unsaved |= writers[split].add(piece, last, EOS) > 0
+            if last:
+                done = ordinal + 1
+                if unsaved:
+                    save_state()
+                    unsaved = False
+        if time.perf_counter() - last_report > 30:
+            print(_report(writers, started, tokens_at_start), flush=True)
+            last_report = time.perf_counter()
+    for split, writer in writers.items():
+        if split == "test" and writer.documents == 0:
+            continue
+        if writer.documents == 0:
+            where = "the inputs" if split == "train" else f"the {split} split"
+            fix = ("give it text" if split == "train" else f"raise --{split}-fraction, choose a "
+                   f"finer --unit (line or paragraph) or pass --{split} FILES")  # fmt: skip
+            raise DataError(f"input: {where} holds no document; {fix}")
+        writer.close()
+    index = {
+        "format": FORMAT, "version": VERSION, "dtype": dtype, "vocab_size": tokenizer.vocab_size,
+        "tokenizer": {"file": tokenizer_path.name, "kind": tokenizer.kind, "separator": EOS},
+        "shard_tokens": args.shard_tokens,
+        "splits": {s: {"tokens": w.written, "documents": w.documents, "shards": w.shards}
+                   for s, w in writers.items() if w.documents},
+        "settings": settings,
+        "command": shlex.join(["attnlab-prepare", *argv]),
+    }  # fmt: skip
+    write_json_atomic(out / INDEX, index)
+    (out / STATE).unlink(missing_ok=True)
+    for pending in out.glob(".pending-*"):
+        pending.unlink()
+    print(f"prepared {out}: {_report(writers, started, tokens_at_start)}")
+    return index
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point; returns the exit code (2 for bad input, with one line)."""
+    from attnlab.cli.common import user_errors
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if {"-h", "--help"} & set(argv):
+        print(__doc__)
+        return 0
+    try:
+        with user_errors(argv[argv.index("--out") + 1] if "--out" in argv[:-1] else None):
+            prepare(parse(argv), argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

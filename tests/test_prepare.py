@@ -1,0 +1,202 @@
+"""attnlab-prepare: corpus files → token shards, held out by document, resumable, exact."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnlab import prepare as prep
+from attnlab.data.shards import open_split, read_index
+from attnlab.data.tokenizers import load_tokenizer
+from attnlab.special_tokens import EOS, NUM_SPECIAL
+from cli_runs import run
+
+POEM = "the cat sat on the mat\nand the dog sat on the log\n"
+
+
+def corpus(folder: Path, n_files: int = 3, paragraphs: int = 40) -> list[Path]:
+    """Files of blank-line-separated paragraphs, each distinct (a numbered sentence)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for f in range(n_files):
+        text = "\n\n".join(f"file {f} paragraph {p}: {POEM * (1 + p % 3)}".strip()
+                           for p in range(paragraphs))  # fmt: skip
+        path = folder / f"part{f}.txt"
+        path.write_text(text + "\n", encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+def prepare(*argv: str) -> dict:
+    return prep.prepare(prep.parse(list(argv)), list(argv))
+
+
+def shard_sums(folder: Path) -> list[str]:
+    index = read_index(folder)
+    return [s["sha256"] for split in index["splits"].values() for s in split["shards"]]
+
+
+def test_paragraphs_become_documents_ending_in_eos_and_val_is_held_out_by_document(
+    tmp_path: Path,
+) -> None:
+    files = corpus(tmp_path / "in")
+    out = tmp_path / "out"
+    index = prepare(*map(str, files), "--out", str(out), "--tokenizer", "char",
+                    "--val-fraction", "0.1", "--shard-tokens", "2048",
+                    "--workers", "0")  # fmt: skip
+    splits = index["splits"]
+    assert splits["train"]["documents"] + splits["val"]["documents"] == 3 * 40
+    assert 0 < splits["val"]["documents"] < 40  # about one in ten
+    shards = splits["train"]["shards"]
+    assert all(s["tokens"] == 2048 for s in shards[:-1]) and len(shards) > 2
+    tokenizer = load_tokenizer(out / "tokenizer.json")
+    for split in ("train", "val"):
+        tokens = open_split(out, split)[:].numpy()
+        assert (tokens == EOS).sum() == splits[split]["documents"]
+        documents = [tokenizer.decode(d.tolist()) for d in np.split(tokens, np.flatnonzero(
+            tokens == EOS) + 1) if len(d)]  # fmt: skip
+        # whole paragraphs, not a cut through the stream
+        assert all(d.startswith("file ") and d.endswith("the log") for d in documents)
+    # the .docs files say where each document starts, shard by shard
+    starts = []
+    for s in shards:
+        local = np.fromfile(out / s["docs"], dtype=np.int64)
+        assert len(local) == s["documents"]
+        starts += (local + 2048 * shards.index(s)).tolist()
+    tokens = open_split(out, "train")[:].numpy()
+    assert starts == [0, *(np.flatnonzero(tokens == EOS)[:-1] + 1).tolist()]
+
+
+def test_the_same_inputs_give_the_same_shards_with_any_worker_count(tmp_path: Path) -> None:
+    files = [str(p) for p in corpus(tmp_path / "in")]
+    common = ["--vocab-size", "300", "--val-fraction", "0.2", "--shard-tokens", "1024"]
+    prepare(*files, "--out", str(tmp_path / "a"), "--workers", "0", *common)
+    prepare(*files, "--out", str(tmp_path / "b"), "--workers", "2", *common)
+    assert shard_sums(tmp_path / "a") == shard_sums(tmp_path / "b")
+    for shard in read_index(tmp_path / "a")["splits"]["train"]["shards"]:
+        assert prep.sha256_file(tmp_path / "a" / shard["file"]) == shard["sha256"]
+
+
+def test_a_killed_preparation_continues_where_it_stopped_and_writes_the_same_shards(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = [str(p) for p in corpus(tmp_path / "in", paragraphs=80)]
+    common = ["--tokenizer", "char", "--val-fraction", "0.1", "--shard-tokens", "1024",
+              "--workers", "0"]  # fmt: skip
+    prepare(*files, "--out", str(tmp_path / "whole"), *common)
+    real = prep.SplitWriter._write_shard
+    written = []
+
+    def die_at_the_sixth(self, n):  # noqa: ANN001, ANN202
+        if len(written) == 5:
+            raise KeyboardInterrupt  # as a kill between two shards
+        written.append(n)
+        return real(self, n)
+
+    monkeypatch.setattr(prep.SplitWriter, "_write_shard", die_at_the_sixth)
+    out = tmp_path / "parts"
+    with pytest.raises(KeyboardInterrupt):
+        prepare(*files, "--out", str(out), *common)
+    state = json.loads((out / prep.STATE).read_text())
+    assert 0 < state["documents_done"] < 240 and not (out / "index.json").exists()
+    for shard in out.glob("[!.]*.bin"):  # no half-written shard is ever visible
+        assert shard.stat().st_size == 1024 * 2
+    monkeypatch.setattr(prep.SplitWriter, "_write_shard", real)
+    prepare(*files, "--out", str(out), *common)
+    assert shard_sums(out) == shard_sums(tmp_path / "whole")
+    assert not list(out.glob(".pending-*")) and not (out / prep.STATE).exists()
+    # run again: nothing to do, nothing rewritten
+    mtimes = {p: p.stat().st_mtime_ns for p in out.iterdir()}
+    prepare(*files, "--out", str(out), *common)
+    assert mtimes == {p: p.stat().st_mtime_ns for p in out.iterdir()}
+
+
+def test_json_lines_parquet_gzip_and_saved_datasets_are_read_as_documents(tmp_path: Path) -> None:
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = [f"record {i}: {POEM}" for i in range(30)]
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps({"text": t, "id": i}) + "\n"
+                                              for i, t in enumerate(texts[:10])))  # fmt: skip
+    pq.write_table(pa.table({"text": texts[10:20]}), tmp_path / "b.parquet")
+    with gzip.open(tmp_path / "c.txt.gz", "wt", encoding="utf-8") as handle:
+        handle.write("\n".join(t.replace("\n", " ") for t in texts[20:25]) + "\n")
+    datasets.Dataset.from_dict({"text": texts[25:]}).save_to_disk(str(tmp_path / "saved"))
+    index = prepare(str(tmp_path / "a.jsonl"), str(tmp_path / "b.parquet"),
+                    str(tmp_path / "c.txt.gz"), str(tmp_path / "saved"), "--unit", "line",
+                    "--out", str(tmp_path / "out"), "--tokenizer", "char", "--val",
+                    str(tmp_path / "a.jsonl"), "--workers", "0")  # fmt: skip
+    assert index["splits"]["train"]["documents"] == 30
+    assert index["splits"]["val"]["documents"] == 10
+    tokenizer = load_tokenizer(tmp_path / "out" / "tokenizer.json")
+    text = tokenizer.decode(open_split(tmp_path / "out", "train")[:].tolist())
+    assert all(f"record {i}:" in text for i in range(30))
+
+
+def test_a_tokenizer_file_without_attnlab_specials_has_its_ids_moved_up(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    foreign = Tokenizer(models.BPE())
+    foreign.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    foreign.decoder = decoders.ByteLevel()  # as GPT-2's tokenizer.json
+    foreign.train_from_iterator([POEM] * 20, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|endoftext|>"], show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))  # fmt: skip
+    path = tmp_path / "gpt2-like.json"
+    foreign.save(str(path))
+    (tmp_path / "in.txt").write_text(POEM * 10)
+    index = prepare(str(tmp_path / "in.txt"), "--unit", "line", "--tokenizer", str(path),
+                    "--out", str(tmp_path / "out"), "--val-fraction", "0.3")  # fmt: skip
+    assert index["vocab_size"] == foreign.get_vocab_size() + NUM_SPECIAL
+    tokens = open_split(tmp_path / "out", "train")[:].tolist()
+    first = tokens[: tokens.index(EOS)]
+    assert [t - NUM_SPECIAL for t in first] == foreign.encode("the cat sat on the mat").ids
+    restored = load_tokenizer(tmp_path / "out" / "tokenizer.json")
+    assert restored.decode(first) == "the cat sat on the mat"
+
+
+@pytest.mark.parametrize("case", ["latin1", "empty", "dtype", "other shards", "no val"])
+def test_bad_input_is_one_line_with_exit_2_and_nothing_on_disk_is_touched(
+    tmp_path: Path, case: str
+) -> None:
+    good = tmp_path / "good.txt"
+    good.write_text(POEM * 50)
+    out = tmp_path / "out"
+    args = [str(good), "--out", str(out), "--tokenizer", "char", "--unit", "line",
+            "--val-fraction", "0.2"]
+    expect = {"latin1": "bad byte at offset 11", "empty": "holds no document",
+              "dtype": "use --dtype uint32", "other shards": "already holds prepared shards",
+              "no val": "raise --val-fraction"}[case]  # fmt: skip
+    if case == "latin1":
+        bad = tmp_path / "bad.txt"
+        bad.write_bytes("the cat\ncaf\u00e9\n".encode("latin-1"))
+        args[0] = str(bad)
+    elif case == "empty":
+        (tmp_path / "blank.txt").write_text("\n\n  \n")
+        args[0] = str(tmp_path / "blank.txt")
+    elif case == "dtype":
+        from tokenizers import Tokenizer, models
+
+        vocab = {f"w{i}": i for i in range(70_000)}
+        Tokenizer(models.WordLevel(vocab, unk_token="w0")).save(str(tmp_path / "big.json"))
+        args[3:5] = ["--tokenizer", str(tmp_path / "big.json")]
+        args += ["--dtype", "uint16"]
+    elif case == "other shards":
+        assert run("prepare", *args).returncode == 0
+        args += ["--seed", "7"]
+    else:
+        args += ["--unit", "file", "--val-fraction", "0.01"]
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in out.iterdir()) if out.exists() else []
+    done = run("prepare", *args)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expect in lines[0], lines
+    if case == "latin1":
+        assert "bad.txt" in lines[0]
+    after = sorted((p.name, p.stat().st_mtime_ns) for p in out.iterdir()) if out.exists() else []
+    assert after == before
