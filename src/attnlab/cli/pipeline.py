@@ -373,6 +373,20 @@ def build_loggers(cfg: DictConfig, run_dir: Path, resume_step: int | None = None
     return loggers
 
 
+def precision_for_gpu(precision: Any, accelerator: Any) -> tuple[Any, str | None]:
+    """``trainer.precision`` for this machine: bf16 on a GPU without bf16 (before Ampere:
+    V100, T4) becomes ``16-mixed`` (fp16 with loss scaling), with a one-line note."""
+    import torch
+
+    wants_bf16 = str(precision).startswith("bf16")
+    on_gpu = str(accelerator) in ("gpu", "cuda", "auto") and torch.cuda.is_available()
+    if not (wants_bf16 and on_gpu) or torch.cuda.is_bf16_supported():
+        return precision, None
+    name = torch.cuda.get_device_name()
+    return "16-mixed", (f"note: {name} does not support bf16; training with "
+                        "trainer.precision=16-mixed (fp16 with loss scaling) instead")  # fmt: skip
+
+
 def build_trainer(
     cfg: DictConfig, run_dir: Path, callbacks: list[L.Callback], loggers: list[Logger] | bool
 ) -> L.Trainer:
@@ -380,6 +394,12 @@ def build_trainer(
     extra: dict[str, Any] = {}
     if not cfg.trainer.get("plugins"):
         extra["plugins"] = [AtomicCheckpointIO()]
+    trainer = cfg.trainer
+    precision, note = precision_for_gpu(trainer.get("precision"), trainer.get("accelerator"))
+    if note is not None:
+        extra["precision"] = precision
+        if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+            print(note, flush=True)
     return build(
         cfg.trainer, "trainer", callbacks=callbacks, logger=loggers,
         default_root_dir=str(run_dir), **extra,
