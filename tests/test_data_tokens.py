@@ -168,3 +168,74 @@ def test_a_resumed_run_on_tokens_ends_like_an_uninterrupted_one(folder: Path, tm
     assert resumed["status"] == "completed"
     assert resumed["metrics"]["val/loss"] == pytest.approx(whole["metrics"]["val/loss"], abs=1e-6)
     assert resumed["tokens"] == whole["tokens"]
+
+
+def test_documents_count_the_eos_before_each_position() -> None:
+    from attnlab.data.tokens import documents_of
+    from attnlab.special_tokens import EOS
+
+    tokens = torch.tensor([[7, 8, EOS, 9, EOS, EOS, 10], [EOS, 7, 7, 7, 7, 7, 7]])
+    assert documents_of(tokens).tolist() == [[0, 0, 0, 1, 1, 2, 3], [0, 1, 1, 1, 1, 1, 1]]
+
+
+def test_the_document_mask_is_causal_within_each_document() -> None:
+    from attnlab.models.stack import attention_mask
+
+    index = torch.arange(5)
+    documents = torch.tensor([[0, 0, 1, 1, 1]])
+    mask = attention_mask(index, index, None, True, documents=documents)[0, 0].int()
+    assert mask.tolist() == [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [0, 0, 1, 0, 0],
+                             [0, 0, 1, 1, 0], [0, 0, 1, 1, 1]]  # fmt: skip
+    both_ways = attention_mask(index, index, None, False, documents=documents)[0, 0].int()
+    assert both_ways.tolist()[0] == [1, 1, 0, 0, 0] and both_ways.tolist()[4] == [0, 0, 1, 1, 1]
+
+
+@pytest.mark.parametrize("name", ["decoder_only", "encoder_only"])
+def test_with_the_document_mask_a_document_sees_nothing_of_the_one_before(name: str) -> None:
+    """Changing the first document changes no output of the second, with the mask; without
+    it, it does (so the check can fail)."""
+    from attnlab.data.tokens import documents_of
+    from attnlab.models import ModelConfig, build_model
+    from attnlab.special_tokens import EOS
+
+    torch.manual_seed(0)
+    cfg = ModelConfig.from_dict({"name": name, "vocab_size": 20, "d_model": 16, "n_heads": 2,
+                                 "n_layers": 2, "dropout": 0.0, "pos": "learned",
+                                 "max_len": 16})  # fmt: skip
+    model = build_model(cfg, "lm").eval()
+    a = torch.tensor([[7, 8, 9, EOS, 10, 11, 12, 13]])
+    b = torch.tensor([[13, 6, 7, EOS, 10, 11, 12, 13]])  # the same second document
+    with torch.no_grad():
+        masked = [model(t, documents=documents_of(t)) for t in (a, b)]
+        plain = [model(t) for t in (a, b)]
+    assert torch.allclose(masked[0][0, 4:], masked[1][0, 4:], atol=1e-6)
+    assert not torch.allclose(plain[0][0, 4:], plain[1][0, 4:], atol=1e-4)
+    assert not torch.allclose(masked[0][0, :4], masked[1][0, :4], atol=1e-4)
+
+
+def test_a_run_with_the_document_mask_trains_and_bad_models_are_refused(
+    folder: Path, tmp_path: Path
+) -> None:
+    common = ["data=tokens", f"data.path={folder}", "data.document_mask=true",
+              "data.block_size=32", "data.batch_size=8", "model.d_model=32", "model.n_heads=2",
+              "model.n_layers=1", "trainer.max_steps=2", "trainer.enable_progress_bar=false",
+              "test=false"]  # fmt: skip
+    done = run("train", "model=decoder_only", *common, f"hydra.run.dir={tmp_path / 'a'}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    for model, expect in (("model=rnn", "takes no such mask"),
+                          ("model.attention=sliding_window", "does not take")):
+        extra = ["model=decoder_only", model] if model.startswith("model.") else [model]
+        name = model.replace("=", "_")
+        done = run("train", *extra, *common, f"hydra.run.dir={tmp_path / name}")
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and expect in lines[0], lines
+
+
+def test_a_pickled_stream_maps_the_shards_again_instead_of_copying_them(folder: Path) -> None:
+    import pickle
+
+    stream = open_split(folder, "train")
+    blob = pickle.dumps(stream)
+    assert len(blob) < 20_000 < len(stream)  # the index, not the tokens
+    again = pickle.loads(blob)
+    assert again[100:200].tolist() == stream[100:200].tolist()

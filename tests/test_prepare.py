@@ -91,11 +91,11 @@ def test_a_killed_preparation_continues_where_it_stopped_and_writes_the_same_sha
     real = prep.SplitWriter._write_shard
     written = []
 
-    def die_at_the_sixth(self, n):  # noqa: ANN001, ANN202
+    def die_at_the_sixth(self):  # noqa: ANN001, ANN202
         if len(written) == 5:
             raise KeyboardInterrupt  # as a kill between two shards
-        written.append(n)
-        return real(self, n)
+        written.append(self.pending)
+        return real(self)
 
     monkeypatch.setattr(prep.SplitWriter, "_write_shard", die_at_the_sixth)
     out = tmp_path / "parts"

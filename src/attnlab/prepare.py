@@ -210,12 +210,17 @@ def _start_worker(tokenizer_json: str) -> None:
 
 
 def encode_pieces(texts: list[str], tokenizer: Any = None, dtype: str = "uint32"
-                  ) -> list[np.ndarray]:  # fmt: skip
-    """Each text's ids as an array of ``dtype``."""
+                  ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """The ids of all ``texts`` as one array of ``dtype``, and each text's count of ids
+    (one array each way: a task's result crosses between processes as two objects)."""
     tokenizer = tokenizer if tokenizer is not None else _WORKER_TOKENIZER
     if hasattr(tokenizer, "encode_array"):  # characters: a vectorised look-up
-        return [tokenizer.encode_array(t).astype(dtype) for t in texts]
-    return [np.array(ids, dtype=dtype) for ids in tokenizer.encode_batch(texts)]
+        parts = [tokenizer.encode_array(t) for t in texts]
+    else:
+        parts = tokenizer.encode_batch(texts)
+    lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+    flat = np.fromiter((i for part in parts for i in part), dtype=dtype, count=int(lengths.sum()))
+    return flat, lengths
 
 
 def _tasks(pieces: Iterator[tuple[str, str, bool, int]], max_chars: int = 1 << 20,
@@ -236,7 +241,7 @@ def _tasks(pieces: Iterator[tuple[str, str, bool, int]], max_chars: int = 1 << 2
 
 
 def encoded(tasks: Iterator[tuple[list, list[str]]], tokenizer: Any, workers: int, dtype: str
-            ) -> Iterator[tuple[list, list[np.ndarray]]]:  # fmt: skip
+            ) -> Iterator[tuple[list, tuple[np.ndarray, np.ndarray]]]:  # fmt: skip
     """Each task with its ids, in order; at most ``2 × workers + 1`` tasks in flight, so
     memory holds a few tasks, not the corpus."""
     if workers == 0:
@@ -260,14 +265,16 @@ def encoded(tasks: Iterator[tuple[list, list[str]]], tokenizer: Any, workers: in
 
 # -- shards ---------------------------------------------------------------------------------
 class SplitWriter:
-    """One split's shards: tokens gather in memory until a shard is full, then it is
-    written (temporary file + rename) with its document starts and checksum."""
+    """One split's shards: tokens fill a buffer of one shard; a full buffer is written
+    (temporary file + rename) with its document starts and checksum. Memory: one shard's
+    tokens and document starts per split, whatever the corpus size."""
 
     def __init__(self, folder: Path, split: str, dtype: str, shard_tokens: int) -> None:
         self.folder, self.split, self.dtype, self.shard_tokens = folder, split, dtype, shard_tokens
-        self.chunks: list[np.ndarray] = []
-        self.pending = 0  # tokens in self.chunks
-        self.doc_starts: list[int] = []  # split-wide offsets of documents not yet in a shard
+        self.buffer = np.empty(0, dtype)  # allocated at the first token (pages as filled)
+        self.pending = 0  # tokens in the buffer
+        self.starts = np.empty(1024, np.int64)  # where documents start in the buffer
+        self.n_starts = 0
         self.shards: list[dict[str, Any]] = []
         self.written = 0  # tokens in finished shards
         self.documents = 0
@@ -275,55 +282,62 @@ class SplitWriter:
 
     def add(self, ids: np.ndarray, ends_document: bool, separator: int | None) -> int:
         """Append a piece; returns how many shards it completed."""
+        if not len(self.buffer):
+            self.buffer = np.empty(self.shard_tokens, self.dtype)
         if self.at_document_start:
-            self.doc_starts.append(self.written + self.pending)
+            if self.n_starts == len(self.starts):
+                self.starts = np.resize(self.starts, 2 * len(self.starts))
+            self.starts[self.n_starts] = self.pending
+            self.n_starts += 1
             self.documents += 1
-        if ends_document and separator is not None:
-            ids = np.concatenate([ids, np.array([separator], dtype=self.dtype)])
         self.at_document_start = ends_document
-        self.chunks.append(ids)
-        self.pending += len(ids)
-        done = 0
-        while self.pending >= self.shard_tokens:
-            self._write_shard(self.shard_tokens)
-            done += 1
+        done = self._put(ids)
+        if ends_document and separator is not None:
+            done += self._put(np.array([separator], dtype=self.dtype))
         return done
 
-    def _take(self, n: int) -> np.ndarray:
-        tokens = np.concatenate(self.chunks) if len(self.chunks) > 1 else self.chunks[0]
-        self.chunks = [tokens[n:]] if n < len(tokens) else []
-        self.pending -= n
-        return tokens[:n]
+    def _put(self, ids: np.ndarray) -> int:
+        done = 0
+        while len(ids):
+            take = min(len(ids), self.shard_tokens - self.pending)
+            self.buffer[self.pending : self.pending + take] = ids[:take]
+            self.pending += take
+            ids = ids[take:]
+            if self.pending == self.shard_tokens:
+                self._write_shard()
+                done += 1
+        return done
 
-    def _write_shard(self, n: int) -> None:
-        tokens = self._take(n) if n else np.zeros(0, self.dtype)
-        start, stop = self.written, self.written + n
-        starts = [s - start for s in self.doc_starts if s < stop]
-        self.doc_starts = [s for s in self.doc_starts if s >= stop]
+    def _write_shard(self) -> None:
+        n = self.pending
+        tokens = self.buffer[:n]
+        starts = self.starts[: self.n_starts]
+        inside = starts[starts < n] if n else starts[:0]
         name = f"{self.split}_{len(self.shards):06d}"
         bin_path, docs_path = self.folder / f"{name}.bin", self.folder / f"{name}.docs"
-        docs = np.array(starts, dtype=np.int64)
-        write_atomic(docs_path, docs)
-        write_atomic(bin_path, np.ascontiguousarray(tokens))
+        write_atomic(docs_path, inside)
+        write_atomic(bin_path, tokens)
         self.shards.append({
             "file": bin_path.name, "docs": docs_path.name, "tokens": int(n),
-            "documents": len(starts), "sha256": hashlib.sha256(tokens.tobytes()).hexdigest(),
-            "docs_sha256": hashlib.sha256(docs.tobytes()).hexdigest(),
+            "documents": len(inside), "sha256": hashlib.sha256(tokens).hexdigest(),
+            "docs_sha256": hashlib.sha256(inside.tobytes()).hexdigest(),
         })  # fmt: skip
-        self.written = stop
+        rest = starts[starts >= n] - n if n else starts
+        self.starts[: len(rest)] = rest
+        self.n_starts = len(rest)
+        self.written += n
+        self.pending = 0
 
     def close(self) -> None:
         """Write what is left as the split's last (shorter) shard."""
         if self.pending or not self.shards:
-            self._write_shard(self.pending)
+            self._write_shard()
 
     # what a resumed preparation needs: the finished shards and the tokens not yet in one
     def save_pending(self, generation: int) -> dict[str, Any]:
-        tokens = np.concatenate(self.chunks) if self.chunks else np.zeros(0, self.dtype)
-        self.chunks = [tokens] if len(tokens) else []
         name = f".pending-{self.split}-{generation}"
-        write_atomic(self.folder / f"{name}.bin", tokens)
-        write_atomic(self.folder / f"{name}.docs", np.array(self.doc_starts, dtype=np.int64))
+        write_atomic(self.folder / f"{name}.bin", self.buffer[: self.pending])
+        write_atomic(self.folder / f"{name}.docs", self.starts[: self.n_starts])
         return {"shards": self.shards, "written": self.written, "documents": self.documents,
                 "pending": name}  # fmt: skip
 
@@ -340,9 +354,12 @@ class SplitWriter:
                 )
         pending = self.folder / state["pending"]
         tokens = np.fromfile(f"{pending}.bin", dtype=self.dtype)
-        self.chunks = [tokens] if len(tokens) else []
+        self.buffer = np.empty(self.shard_tokens, self.dtype)
+        self.buffer[: len(tokens)] = tokens
         self.pending = len(tokens)
-        self.doc_starts = np.fromfile(f"{pending}.docs", dtype=np.int64).tolist()
+        starts = np.fromfile(f"{pending}.docs", dtype=np.int64)
+        self.starts = np.resize(starts, max(1024, 2 * len(starts)))
+        self.n_starts = len(starts)
 
 
 # -- the folder -----------------------------------------------------------------------------
@@ -449,9 +466,10 @@ def _prepare_into(out: Path, args: argparse.Namespace, argv: list[str], corpus: 
             old.unlink()
 
     pieces = (p for p in corpus.pieces() if p[3] >= done)  # a resumed run skips what is done
-    for meta, ids in encoded(_tasks(pieces), tokenizer, args.workers, dtype):
-        for (split, last, ordinal), piece in zip(meta, ids, strict=True):
-            unsaved |= writers[split].add(piece, last, EOS) > 0
+    for meta, (flat, lengths) in encoded(_tasks(pieces), tokenizer, args.workers, dtype):
+        ends = np.cumsum(lengths).tolist()
+        for (split, last, ordinal), stop, n in zip(meta, ends, lengths.tolist(), strict=True):
+            unsaved |= writers[split].add(flat[stop - n : stop], last, EOS) > 0
             if last:
                 done = ordinal + 1
                 if unsaved:

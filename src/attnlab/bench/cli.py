@@ -112,7 +112,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", help="comma-separated result keys to run (default: all); "
                         "long_context: step time and peak memory of the attention kinds "
                         "against sequence length; startup: attnlab's own start-up "
-                        "share")  # fmt: skip
+                        "share; data: attnlab-prepare's memory and speed, the token "
+                        "loader and the step from data=tokens")  # fmt: skip
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     parser.add_argument("--clock", default="wall", choices=CLOCK_NAMES,
                         help="wall time, or this process's CPU time (use with --threads 1 "
@@ -154,6 +155,12 @@ def main(argv: list[str] | None = None) -> int:
 
         separate["startup"] = run_startup(3 if args.quick else 5)
         report(separate["startup"])
+    if only and "data" in only:  # attnlab-prepare, the loader and the step (whole processes)
+        from attnlab.bench.data import run_data
+
+        sizes_mb, text_mb = ([64, 128], [16, 32]) if args.quick else ([1024, 2048], [50, 100])
+        separate["data"] = run_data(sizes_mb, 32 if args.quick else 128, text_mb,
+                                    2 if args.quick else 3)  # fmt: skip
     if separate:
         only = (only or set()) - set(separate)
         if not only:

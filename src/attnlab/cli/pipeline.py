@@ -244,6 +244,8 @@ def build_task(
     model_cfg = (checked.with_data({k: model[k] for k in data_keys}) if checked is not None
                  else ModelConfig.from_dict(model))  # fmt: skip
     accelerator = str(cfg.trainer.get("accelerator", "cpu"))
+    if getattr(datamodule, "document_mask", False):
+        check_document_mask(model_cfg)
     task_cls = task_class(datamodule.task)
     architecture = build_model_within_memory(model_cfg, task_cls.kind, accelerator,
                                              shards(cfg.trainer))  # fmt: skip
@@ -262,6 +264,27 @@ def build_task(
     if data_parallel(cfg.trainer) and datamodule.task == "classification":
         freeze_unreached(task)
     return task
+
+
+def check_document_mask(model_cfg: ModelConfig) -> None:
+    """``data.document_mask=true`` needs a Transformer whose attention takes a dense mask."""
+    from attnlab.models import ARCHITECTURES
+
+    name = model_cfg.name
+    if not ARCHITECTURES.get(name).takes_documents:
+        raise ConfigError(
+            f"data.document_mask=true masks attention between documents, and model={name} "
+            "takes no such mask; use model=decoder_only or model=encoder_only, or set "
+            "data.document_mask=false"
+        )
+    if model_cfg.attention != "full" or model_cfg.attn_impl == "flex":
+        what = (f"model.attention={model_cfg.attention}" if model_cfg.attention != "full"
+                else "model.attn_impl=flex")  # fmt: skip
+        raise ConfigError(
+            f"data.document_mask=true adds a dense mask, which {what} does not take; use "
+            "model.attention=full with model.attn_impl=sdpa or math, or set "
+            "data.document_mask=false"
+        )
 
 
 def data_parallel(trainer: Any) -> bool:

@@ -27,12 +27,14 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from attnlab.errors import DataError
+
+if TYPE_CHECKING:
+    import torch
 
 FORMAT = "attnlab-tokens"
 VERSION = 1
@@ -118,6 +120,7 @@ class ShardedTokens:
     """
 
     def __init__(self, folder: Path, index: dict[str, Any], split: str, key: str) -> None:
+        self._args = (folder, index, split, key)
         info = index["splits"].get(split) or {"shards": []}
         dtype = np.dtype(index["dtype"])
         self.shards: list[Shard] = []
@@ -140,6 +143,14 @@ class ShardedTokens:
     def __len__(self) -> int:
         return self.n_tokens
 
+    # a DataLoader worker started by "spawn" (macOS, Windows) gets a pickled copy: it maps
+    # the shards again rather than receiving every token in the pickle
+    def __getstate__(self) -> tuple:
+        return self._args
+
+    def __setstate__(self, args: tuple) -> None:
+        self.__init__(*args)  # type: ignore[misc]
+
     def _read(self, start: int, stop: int) -> np.ndarray:
         first = int(np.searchsorted(self.offsets, start, side="right")) - 1
         parts, at = [], start
@@ -152,11 +163,15 @@ class ShardedTokens:
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def __getitem__(self, item: slice) -> torch.Tensor:
+        import torch  # here, so that attnlab-prepare (which only writes) never imports it
+
         start, stop, _ = item.indices(self.n_tokens)
         return torch.from_numpy(self._read(start, max(start, stop)).astype(np.int64))
 
     def blocks(self, starts: np.ndarray, length: int) -> torch.Tensor:
         """``(len(starts), length)`` int64 tokens, row ``i`` from ``starts[i]``."""
+        import torch
+
         out = np.empty((len(starts), length), dtype=np.int64)
         for row, start in enumerate(starts.tolist()):
             out[row] = self._read(start, start + length)

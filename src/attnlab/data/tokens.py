@@ -24,6 +24,10 @@ processes than before the epoch ends up to that many batches early).
 
 Validation and test read a fixed set of held-out blocks tiling the split (or
 ``eval_blocks`` evenly spaced ones), in order, as ``data=text`` does.
+
+``document_mask``: every batch also carries ``"documents"`` (B, block_size + 1), each
+token's document within its block (the number of ``<eos>`` before it: a document's own
+``<eos>`` is its last token), and attention stays within a document.
 """
 
 from __future__ import annotations
@@ -35,13 +39,14 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset, default_collate, get_worker_info
 
 from attnlab.data.base import AttnlabDataModule
 from attnlab.data.shards import ShardedTokens, read_index
 from attnlab.data.text import TokenBlocks, eval_starts
 from attnlab.data.tokenizers import load_tokenizer
 from attnlab.errors import ConfigError, DataError
+from attnlab.special_tokens import EOS
 
 SAMPLINGS = ("random", "sequential")
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -64,6 +69,20 @@ def epoch_key(seed: int, epoch: int) -> np.uint64:
     return np.uint64(state[0])
 
 
+def documents_of(tokens: torch.Tensor) -> torch.Tensor:
+    """(B, L) int32: each position's document within its row, counting the ``<eos>``
+    tokens before it."""
+    ends = (tokens == EOS).to(torch.int32)
+    return ends.cumsum(1, dtype=torch.int32) - ends
+
+
+def with_documents(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """``default_collate`` plus the batch's ``"documents"``."""
+    batch = default_collate(items)
+    batch["documents"] = documents_of(batch["tokens"])
+    return batch
+
+
 def sample_starts(indices: np.ndarray, n_tokens: int, block_size: int, sampling: str,
                   seed: int, epoch: int) -> np.ndarray:  # fmt: skip
     """Where samples ``indices`` (global, within the epoch) start in a split of ``n_tokens``."""
@@ -83,8 +102,10 @@ class TokenBatches(IterableDataset):
     """
 
     def __init__(self, tokens: ShardedTokens, block_size: int, batch_size: int, sampling: str,
-                 seed: int, samples_per_epoch: int, rank: int = 0, world_size: int = 1) -> None:
+                 seed: int, samples_per_epoch: int, rank: int = 0, world_size: int = 1,
+                 document_mask: bool = False) -> None:  # fmt: skip
         self.tokens, self.block_size, self.batch_size = tokens, block_size, batch_size
+        self.document_mask = document_mask
         self.sampling, self.seed, self.samples_per_epoch = sampling, seed, samples_per_epoch
         self.rank, self.world_size = rank, world_size
         self.epoch, self.start = 0, 0
@@ -107,7 +128,10 @@ class TokenBatches(IterableDataset):
         indices = np.arange(first, first + self.batch_size, dtype=np.int64)
         starts = sample_starts(indices, len(self.tokens), self.block_size, self.sampling,
                                self.seed, self.epoch)  # fmt: skip
-        return {"tokens": self.tokens.blocks(starts, self.block_size + 1)}
+        tokens = self.tokens.blocks(starts, self.block_size + 1)
+        if self.document_mask:
+            return {"tokens": tokens, "documents": documents_of(tokens)}
+        return {"tokens": tokens}
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         worker = get_worker_info()
@@ -171,6 +195,7 @@ class TokensDataModule(AttnlabDataModule):
         batch_size: int = 12,
         num_workers: int = 0,
         seed: int = 0,
+        document_mask: bool = False,
     ) -> None:
         super().__init__()
         if sampling not in SAMPLINGS:
@@ -184,6 +209,7 @@ class TokensDataModule(AttnlabDataModule):
         self.block_size, self.sampling = int(block_size), sampling
         self.samples_per_epoch, self.eval_blocks = samples_per_epoch, eval_blocks
         self.batch_size, self.num_workers, self.seed = int(batch_size), int(num_workers), int(seed)
+        self.document_mask = bool(document_mask)
         self.splits: dict[str, ShardedTokens] = {}
         self._built = False
 
@@ -229,7 +255,8 @@ class TokensDataModule(AttnlabDataModule):
         trainer = getattr(self, "trainer", None)
         rank, world = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
         dataset = TokenBatches(self.splits["train"], self.block_size, self.batch_size,
-                               self.sampling, self.seed, self.samples(), rank, world)  # fmt: skip
+                               self.sampling, self.seed, self.samples(), rank, world,
+                               self.document_mask)  # fmt: skip
         if not len(dataset):
             raise DataError(
                 f"data.samples_per_epoch: {self.samples()} samples make no batch of "
@@ -247,7 +274,8 @@ class TokensDataModule(AttnlabDataModule):
         starts = eval_starts(len(tokens), self.block_size, self.eval_blocks)
         return DataLoader(TokenBlocks(tokens, self.block_size, starts),  # type: ignore[arg-type]
                           batch_size=self.batch_size, num_workers=self.num_workers,
-                          generator=self._generator())  # fmt: skip
+                          generator=self._generator(),
+                          collate_fn=with_documents if self.document_mask else None)  # fmt: skip
 
     def _generator(self) -> torch.Generator:
         """A loader's own generator: a new iterator then draws its workers' seed from it,

@@ -111,6 +111,7 @@ class Architecture(nn.Module):
     takes_positions: ClassVar[bool] = True  # reads model.pos (a table bounds its length)
     causal_attention: ClassVar[bool] = False  # has causal self-attention (a decoder)
     takes_prefix_lm: ClassVar[bool] = False  # model.prefix_lm applies (decoder_only)
+    takes_documents: ClassVar[bool] = False  # forward(tokens, documents=…): document masking
     # the family of decoding states that generates with it (attnlab.inference.DECODINGS);
     # None: it does not generate
     decoding: ClassVar[str | None] = None

@@ -48,18 +48,24 @@ def attention_mask(
     key_real: Tensor | None,
     causal: bool,
     prefix_len: Tensor | None = None,
+    documents: Tensor | None = None,
 ) -> Tensor | None:
     """Boolean mask (B|1, 1, Tq, Tk), True where query i may attend to key j.
 
     causal: j ≤ i; prefix-LM also lets every query see keys j < prefix_len
     (Raffel et al. 2020, §3.2.1); padding: keys that are padding are hidden.
-    A query may always see itself, so a padding query never has an empty row.
+    ``documents`` (B, T), each position's document within the block: a query sees only
+    keys of its own document (document masking, as in Llama 3's pre-training, Dubey et
+    al. 2024, §3.2). A query may always see itself, so no row is ever empty.
     """
     mask: Tensor | None = None
     if causal:
         mask = (k_index.view(1, -1) <= q_index.view(-1, 1)).unsqueeze(0)  # (1, Tq, Tk)
         if prefix_len is not None:
             mask = mask | (k_index.view(1, 1, -1) < prefix_len.view(-1, 1, 1))
+    if documents is not None:
+        same = documents.unsqueeze(2) == documents.unsqueeze(1)  # (B, Tq, Tk)
+        mask = same if mask is None else mask & same
     if key_real is not None:
         keys = key_real.unsqueeze(1)  # (B, 1, Tk)
         mask = keys if mask is None else mask & keys
@@ -136,8 +142,12 @@ class TransformerStack(nn.Module):
         cache: Any = None,
         prefix_len: Tensor | None = None,
         embeds: Tensor | None = None,
+        documents: Tensor | None = None,
     ) -> Tensor:
         """tokens (B, T) -> hidden states (B, T, d_model).
+
+        ``documents`` (B, T): which document of the block each token belongs to; attention
+        stays within a document (:func:`attention_mask`). Fresh sequences only (no cache).
 
         ``embeds`` (B, T, d_model) replaces ``tokens`` (pass None) for inputs that are
         not tokens, such as image patches; positions are added to them all the same.
@@ -151,8 +161,8 @@ class TransformerStack(nn.Module):
         new ones only, and ``cache.layers[i]`` are layer i's caches.
         """
         if cache is None:
-            positions, inputs = self.attention_inputs(tokens, positions, key_real, prefix_len,
-                                                      embeds=embeds)  # fmt: skip
+            positions, inputs = self.attention_inputs(
+                tokens, positions, key_real, prefix_len, embeds=embeds, documents=documents)
         else:
             positions, inputs = cache.attention_inputs(self, tokens, positions, key_real,
                                                        prefix_len)  # fmt: skip
@@ -179,6 +189,7 @@ class TransformerStack(nn.Module):
     def attention_inputs(
         self, tokens: Tensor | None, positions: Tensor | None, key_real: Tensor | None,
         prefix_len: Tensor | None, history: Any = None, embeds: Tensor | None = None,
+        documents: Tensor | None = None,
     ) -> tuple[Tensor, AttentionInputs]:  # fmt: skip
         """The positions of the new tokens and what every self-attention layer needs.
 
@@ -210,12 +221,13 @@ class TransformerStack(nn.Module):
         sparse = self.sparse  # the kind builds its own pattern: no (T, T) mask
         if not single_step and not sparse:
             k_index = torch.arange(offset + T, device=device)
-            mask = attention_mask(q_index, k_index, k_real, self.causal, prefix_len)
+            mask = attention_mask(q_index, k_index, k_real, self.causal, prefix_len, documents)
         bias = self.positions.bias(positions, k_positions)
         # pure causal self-attention over a fresh sequence: let the fused kernel
         # apply causality itself (flash / memory-efficient path, no (T, T) mask)
         content = self.positions.content_dependent
         fast_causal = self.causal and offset == 0 and k_real is None and prefix_len is None
+        fast_causal = fast_causal and documents is None
         fast_causal = fast_causal and bias is None and not content and not sparse
         inputs = AttentionInputs(
             mask=None if fast_causal else mask,

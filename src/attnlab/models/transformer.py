@@ -75,11 +75,14 @@ class EncoderOnly(TransformerModel):
         self.encoder = TransformerStack(cfg, self.embedding, cfg.n_layers, False, depth=depth)
         self._finish(cfg.n_layers, {"encoder": depth})
 
-    def hidden(self, tokens: Tensor, key_real: Tensor | None = None) -> Tensor:
-        return self.encoder(tokens, key_real=key_real)  # (B, T, d_model)
+    takes_documents = True
 
-    def forward(self, tokens: Tensor) -> Tensor:
-        return self.lm_head(self.hidden(tokens))  # (B, T, vocab)
+    def hidden(self, tokens: Tensor, key_real: Tensor | None = None,
+               documents: Tensor | None = None) -> Tensor:  # fmt: skip
+        return self.encoder(tokens, key_real=key_real, documents=documents)  # (B, T, d_model)
+
+    def forward(self, tokens: Tensor, documents: Tensor | None = None) -> Tensor:
+        return self.lm_head(self.hidden(tokens, documents=documents))  # (B, T, vocab)
 
     def pooled(self, inputs: Tensor) -> Tensor:
         """BERT-style pooling: the mean of the encoder states over real tokens."""
@@ -99,6 +102,7 @@ class DecoderOnly(TransformerModel):
     )
     causal_attention = True
     takes_prefix_lm = True
+    takes_documents = True
     decoding = "transformer"  # attnlab.inference.decoding: decoder, hidden, lm_head
 
     def __init__(self, cfg: ModelConfig, task: str = "lm") -> None:
@@ -114,10 +118,10 @@ class DecoderOnly(TransformerModel):
         key_real: Tensor | None = None,
         cache: Any = None,
         prefix_len: Tensor | None = None,
+        documents: Tensor | None = None,
     ) -> Tensor:
-        return self.decoder(
-            tokens, positions=positions, key_real=key_real, cache=cache, prefix_len=prefix_len
-        )
+        return self.decoder(tokens, positions=positions, key_real=key_real, cache=cache,
+                            prefix_len=prefix_len, documents=documents)  # fmt: skip
 
     def forward(self, tokens: Tensor, **kwargs: object) -> Tensor:
         return self.lm_head(self.hidden(tokens, **kwargs))  # (B, T, vocab)

@@ -78,9 +78,17 @@ class LanguageModelTask(Task):
     def tokens_in_batch(self, batch: dict[str, Tensor]) -> int:
         return int(batch["tokens"].numel())
 
+    def logits(self, inputs: Tensor, batch: dict[str, Tensor]) -> Tensor:
+        """The model's logits; with ``batch["documents"]`` (data.document_mask=true) each
+        token attends within its own document only."""
+        documents = batch.get("documents")
+        if documents is None:
+            return self.model(inputs)
+        return self.model(inputs, documents=documents[:, : inputs.size(1)])
+
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         inputs, labels = self.inputs_and_labels(batch["tokens"], labels=batch.get("labels"))
-        loss = self.loss(self.model(inputs), labels)
+        loss = self.loss(self.logits(inputs, batch), labels)
         self.log("train/loss", loss, prog_bar=True, batch_size=inputs.size(0))
         return loss
 
@@ -90,7 +98,7 @@ class LanguageModelTask(Task):
         seed = self.seed * 100_003 + batch_idx
         generator = torch.Generator(device=tokens.device).manual_seed(seed)
         inputs, labels = self.inputs_and_labels(tokens, generator, batch.get("labels"))
-        logits = self.model(inputs)
+        logits = self.logits(inputs, batch)
         n_tokens = int((labels != IGNORE).sum())
         getattr(self, f"{stage}_loss").update(self.loss(logits, labels, smoothing=0.0), n_tokens)
         getattr(self, f"{stage}_acc").update(logits.argmax(-1), labels)
