@@ -81,8 +81,9 @@ def test_the_same_inputs_give_the_same_shards_with_any_worker_count(tmp_path: Pa
         assert prep.sha256_file(tmp_path / "a" / shard["file"]) == shard["sha256"]
 
 
+@pytest.mark.parametrize("kill_at", [0, 5], ids=["before the first shard", "at the sixth"])
 def test_a_killed_preparation_continues_where_it_stopped_and_writes_the_same_shards(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kill_at: int
 ) -> None:
     files = [str(p) for p in corpus(tmp_path / "in", paragraphs=80)]
     common = ["--tokenizer", "char", "--val-fraction", "0.1", "--shard-tokens", "1024",
@@ -92,7 +93,7 @@ def test_a_killed_preparation_continues_where_it_stopped_and_writes_the_same_sha
     written = []
 
     def die_at_the_sixth(self):  # noqa: ANN001, ANN202
-        if len(written) == 5:
+        if len(written) == kill_at:
             raise KeyboardInterrupt  # as a kill between two shards
         written.append(self.pending)
         return real(self)
@@ -102,7 +103,8 @@ def test_a_killed_preparation_continues_where_it_stopped_and_writes_the_same_sha
     with pytest.raises(KeyboardInterrupt):
         prepare(*files, "--out", str(out), *common)
     state = json.loads((out / prep.STATE).read_text())
-    assert 0 < state["documents_done"] < 240 and not (out / "index.json").exists()
+    assert (0 < state["documents_done"] < 240 if kill_at else state["documents_done"] == 0)
+    assert not (out / "index.json").exists()
     for shard in out.glob("[!.]*.bin"):  # no half-written shard is ever visible
         assert shard.stat().st_size == 1024 * 2
     monkeypatch.setattr(prep.SplitWriter, "_write_shard", real)
@@ -160,7 +162,8 @@ def test_a_tokenizer_file_without_attnlab_specials_has_its_ids_moved_up(tmp_path
     assert restored.decode(first) == "the cat sat on the mat"
 
 
-@pytest.mark.parametrize("case", ["latin1", "empty", "dtype", "other shards", "no val"])
+@pytest.mark.parametrize("case", ["latin1", "bom", "surrogate", "empty", "dtype", "other shards",
+                                  "no val"])
 def test_bad_input_is_one_line_with_exit_2_and_nothing_on_disk_is_touched(
     tmp_path: Path, case: str
 ) -> None:
@@ -169,12 +172,21 @@ def test_bad_input_is_one_line_with_exit_2_and_nothing_on_disk_is_touched(
     out = tmp_path / "out"
     args = [str(good), "--out", str(out), "--tokenizer", "char", "--unit", "line",
             "--val-fraction", "0.2"]
-    expect = {"latin1": "bad byte at offset 11", "empty": "holds no document",
+    expect = {"latin1": "bad byte at offset 11", "bom": "bad byte at offset 7",
+              "surrogate": "line 2 holds a lone surrogate", "empty": "holds no document",
               "dtype": "use --dtype uint32", "other shards": "already holds prepared shards",
               "no val": "raise --val-fraction"}[case]  # fmt: skip
     if case == "latin1":
         bad = tmp_path / "bad.txt"
         bad.write_bytes("the cat\ncaf\u00e9\n".encode("latin-1"))
+        args[0] = str(bad)
+    elif case == "bom":
+        bad = tmp_path / "bom.txt"
+        bad.write_bytes(b"\xef\xbb\xbfcafe\xe9\n")  # the offset counts the BOM's 3 bytes
+        args[0] = str(bad)
+    elif case == "surrogate":
+        bad = tmp_path / "records.jsonl"
+        bad.write_text('{"text": "fine"}\n{"text": "\\ud800 alone"}\n')
         args[0] = str(bad)
     elif case == "empty":
         (tmp_path / "blank.txt").write_text("\n\n  \n")
@@ -200,3 +212,15 @@ def test_bad_input_is_one_line_with_exit_2_and_nothing_on_disk_is_touched(
         assert "bad.txt" in lines[0]
     after = sorted((p.name, p.stat().st_mtime_ns) for p in out.iterdir()) if out.exists() else []
     assert after == before
+
+
+def test_a_hugging_face_dataset_streams_from_local_files(tmp_path: Path) -> None:
+    folder = tmp_path / "records"
+    folder.mkdir()
+    (folder / "part.jsonl").write_text("".join(json.dumps({"text": f"record {i}: {POEM}"}) + "\n"
+                                               for i in range(40)))  # fmt: skip
+    index = prepare(f"hf:{folder}", "--streaming", "--out", str(tmp_path / "out"),
+                    "--tokenizer", "char", "--val-fraction", "0.2", "--workers", "0")  # fmt: skip
+    splits = index["splits"]
+    assert splits["train"]["documents"] + splits["val"]["documents"] == 40
+    assert index["settings"]["streaming"] is True

@@ -49,6 +49,8 @@ import shutil
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +67,7 @@ from attnlab.data.shards import (
     write_atomic,
     write_json_atomic,
 )
-from attnlab.errors import ConfigError, DataError
+from attnlab.errors import ConfigError, DataError, UserError
 
 STATE = ".prepare-state.json"
 DEFAULT_SHARD_TOKENS = 1 << 26
@@ -111,6 +113,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         raise ConfigError("no validation documents: set --val-fraction > 0 or pass --val FILES")
     if args.workers < 0:
         raise ConfigError(f"--workers must be 0 or more, got {args.workers}")
+    if args.tokenizer_sample_mb <= 0:
+        raise ConfigError(
+            f"--tokenizer-sample-mb must be positive, got {args.tokenizer_sample_mb}")
     return args
 
 
@@ -251,16 +256,27 @@ def encoded(tasks: Iterator[tuple[list, list[str]]], tokenizer: Any, workers: in
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread a worker: processes scale
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    with context.Pool(workers, _start_worker, (tokenizer.to_json(),)) as pool:
+    # an executor, not a Pool: a worker that dies (out of memory) fails the run instead of
+    # leaving it waiting for a result that never comes
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
+                               initargs=(tokenizer.to_json(),))  # fmt: skip
+    try:
         pending: collections.deque = collections.deque()
         for meta, texts in tasks:
-            pending.append((meta, pool.apply_async(encode_pieces, (texts, None, dtype))))
+            pending.append((meta, pool.submit(encode_pieces, texts, None, dtype)))
             if len(pending) > 2 * workers:
                 meta0, result = pending.popleft()
-                yield meta0, result.get()
+                yield meta0, result.result()
         while pending:
             meta0, result = pending.popleft()
-            yield meta0, result.get()
+            yield meta0, result.result()
+    except BrokenProcessPool as e:
+        raise DataError(
+            "--workers: a tokenizing process died (out of memory?); run the same command "
+            "again to continue where it stopped, with fewer --workers"
+        ) from e
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 # -- shards ---------------------------------------------------------------------------------
@@ -367,7 +383,7 @@ def settings_of(args: argparse.Namespace, corpus: Corpus) -> dict[str, Any]:
     """Everything the shards depend on (not --workers: any count writes the same bytes)."""
     return {
         "inputs": corpus.identity(), "tokenizer": tokenizer_identity(args), "unit": args.unit,
-        "text_field": args.text_field, "hf_split": args.hf_split,
+        "text_field": args.text_field, "hf_split": args.hf_split, "streaming": args.streaming,
         "val_fraction": None if args.val is not None else args.val_fraction,
         "test_fraction": None if args.test is not None else args.test_fraction,
         "shard_tokens": args.shard_tokens, "dtype": args.dtype, "seed": args.seed,
@@ -421,8 +437,12 @@ def prepare(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     try:
         return _prepare_into(out, args, argv, corpus, settings, saved)
-    except BaseException:
-        if created and not (out / STATE).is_file():  # nothing worth keeping: leave no trace
+    except UserError:  # bad input: the folder this run made goes (a fixed input is new input)
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+    except BaseException:  # a kill or a crash: the state stays, the same command continues
+        if created and not (out / STATE).is_file():
             shutil.rmtree(out, ignore_errors=True)
         raise
 
@@ -434,6 +454,11 @@ def _prepare_into(out: Path, args: argparse.Namespace, argv: list[str], corpus: 
 
     tokenizer_path = out / "tokenizer.json"
     if saved is not None:
+        if not tokenizer_path.is_file() or "splits" not in saved:
+            raise DataError(
+                f"--out: the unfinished preparation in {out} lacks its tokenizer.json or its "
+                "state; delete the folder and prepare again"
+            )
         tokenizer = tokenizer_from_json(tokenizer_path.read_text(encoding="utf-8"), foreign=True)
     else:
         tokenizer = make_tokenizer(args, corpus)
@@ -447,11 +472,14 @@ def _prepare_into(out: Path, args: argparse.Namespace, argv: list[str], corpus: 
         write_atomic(tokenizer_path, tokenizer.to_json().encode())
     writers = {s: SplitWriter(out, s, dtype, args.shard_tokens) for s in SPLITS}
     done, generation = 0, 0
+    for stale in out.glob(".*.tmp"):  # a write that a kill cut short
+        stale.unlink()
     if saved is not None:
         done, generation = int(saved["documents_done"]), int(saved["generation"])
         for split, state in saved["splits"].items():
             writers[split].restore(state)
-        print(f"continuing the preparation in {out} after {done:,} documents")
+        if done:
+            print(f"continuing the preparation in {out} after {done:,} documents")
     tokens_at_start = sum(w.written + w.pending for w in writers.values())
     started = last_report = time.perf_counter()
     unsaved = False  # a shard finished since the state was last written
@@ -464,6 +492,9 @@ def _prepare_into(out: Path, args: argparse.Namespace, argv: list[str], corpus: 
                                         "generation": generation, "splits": splits})
         for old in out.glob(f".pending-*-{generation - 1}.*"):
             old.unlink()
+
+    if saved is None:  # from here on, a killed run continues (from its first document)
+        save_state()
 
     pieces = (p for p in corpus.pieces() if p[3] >= done)  # a resumed run skips what is done
     for meta, (flat, lengths) in encoded(_tasks(pieces), tokenizer, args.workers, dtype):
@@ -498,8 +529,8 @@ def _prepare_into(out: Path, args: argparse.Namespace, argv: list[str], corpus: 
     }  # fmt: skip
     write_json_atomic(out / INDEX, index)
     (out / STATE).unlink(missing_ok=True)
-    for pending in out.glob(".pending-*"):
-        pending.unlink()
+    for leftover in [*out.glob(".pending-*"), *out.glob(".*.tmp")]:
+        leftover.unlink()
     print(f"prepared {out}: {_report(writers, started, tokens_at_start)}")
     return index
 

@@ -160,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
 
         sizes_mb, text_mb = ([64, 128], [16, 32]) if args.quick else ([1024, 2048], [50, 100])
         separate["data"] = run_data(sizes_mb, 32 if args.quick else 128, text_mb,
-                                    2 if args.quick else 3)  # fmt: skip
+                                    2 if args.quick else 3,
+                                    step_rounds=2 if args.quick else 5)  # fmt: skip
     if separate:
         only = (only or set()) - set(separate)
         if not only:

@@ -17,6 +17,7 @@ Files are only read. A file that is not UTF-8 names itself and the byte offset.
 
 from __future__ import annotations
 
+import codecs
 import glob
 import gzip
 import json
@@ -90,12 +91,13 @@ def _lines(path: str, key: str) -> Iterator[str]:
     try:
         with _open(path) as handle:
             for raw in handle:
+                bom = len(codecs.BOM_UTF8) if offset == 0 and raw.startswith(codecs.BOM_UTF8) else 0
                 try:
-                    line = raw.decode("utf-8-sig" if offset == 0 else "utf-8")
+                    line = raw[bom:].decode("utf-8")
                 except UnicodeDecodeError as e:
                     raise DataError(
                         f"{key}: {path} is not UTF-8 text (bad byte at offset "
-                        f"{offset + e.start}); convert it, e.g. `iconv -f latin1 -t utf-8`"
+                        f"{offset + bom + e.start}); convert it, e.g. `iconv -f latin1 -t utf-8`"
                     ) from e
                 offset += len(raw)
                 yield line
@@ -151,7 +153,16 @@ def _record_text(record: Any, field: str, where: str, key: str) -> str | None:
             "set --text-field to the field holding the text"
         )
     text = record[field]
-    return text if isinstance(text, str) and text.strip() else None
+    if not isinstance(text, str) or not text.strip():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:  # JSON's "\ud800": a lone surrogate, no character
+        raise DataError(
+            f"{key}: {where} holds a lone surrogate (\\u{ord(text[e.start]):04x}), which is no "
+            "UTF-8 character; fix or remove that record"
+        ) from e
+    return text
 
 
 def _split_text(text: str) -> Iterator[Piece]:
@@ -187,7 +198,14 @@ def parquet_documents(path: str, field: str, key: str) -> Iterator[Piece]:
             f"{key}: {path} has no column {field!r} (columns: {table.schema_arrow.names}); "
             "set --text-field to the column holding the text"
         )
-    for batch in table.iter_batches(batch_size=1024, columns=[field]):
+    batches = table.iter_batches(batch_size=1024, columns=[field])
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except Exception as e:  # a damaged row group: pyarrow's ArrowInvalid, OSError, …
+            raise DataError(f"{key}: cannot read {path} ({e}); check the file") from e
         for text in batch.column(0).to_pylist():
             if isinstance(text, str) and text.strip():
                 yield from _split_text(text)

@@ -152,6 +152,8 @@ class ShardedTokens:
         self.__init__(*args)  # type: ignore[misc]
 
     def _read(self, start: int, stop: int) -> np.ndarray:
+        if stop <= start:
+            return np.zeros(0, self.shards[0].tokens.dtype if self.shards else np.int64)
         first = int(np.searchsorted(self.offsets, start, side="right")) - 1
         parts, at = [], start
         while at < stop:

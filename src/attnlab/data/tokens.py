@@ -19,8 +19,10 @@ takes samples ``[t·W·B, (t+1)·W·B)`` of that global order, rank ``r`` its ``
 slice of ``B``: the ranks read disjoint samples, and the order depends on (seed,
 epoch, rank, world size) only. A checkpoint records how many samples of the epoch
 were taken; a resumed run continues with the next one on every rank — on as many
-processes as before, or on another number (then no sample is repeated; with more
-processes than before the epoch ends up to that many batches early).
+processes as before, or on another number, or with another batch size: no sample is
+repeated. When the global batch (processes × batch size) grows from g to g′ mid-epoch,
+Lightning ends that epoch by its own count of steps, up to k·(1 − g/g′) steps early after
+k steps (a warning says so); the next epoch is whole.
 
 Validation and test read a fixed set of held-out blocks tiling the split (or
 ``eval_blocks`` evenly spaced ones), in order, as ``data=text`` does.
@@ -178,6 +180,17 @@ class TokenStreamLoader(DataLoader):
         if data.steps(taken) == 0:  # saved at the end of an epoch: the next one starts afresh
             return
         self._resume_at = (int(state.get("epoch", 0)), taken)
+        before = int(state.get("world_size", 1)) * int(state.get("batch_size", data.batch_size))
+        if data.global_batch > before:
+            import warnings
+
+            done = taken // before
+            warnings.warn(
+                f"data=tokens: resumed {done} steps into an epoch with a global batch of "
+                f"{data.global_batch} (was {before}); this epoch ends up to "
+                f"{done - done * before // data.global_batch} steps early, the next is whole",
+                stacklevel=2,
+            )
 
 
 class TokensDataModule(AttnlabDataModule):
@@ -251,6 +264,11 @@ class TokensDataModule(AttnlabDataModule):
 
     def train_dataloader(self) -> DataLoader:
         """This rank's share of the epoch's samples; see the module docstring."""
+        import warnings
+
+        # Lightning warns that workers could duplicate an IterableDataset's items: here each
+        # worker takes its own steps (TokenBatches.__iter__), so the length is exact
+        warnings.filterwarnings("ignore", message=".*IterableDataset.*has `__len__` defined")
         self._build()
         trainer = getattr(self, "trainer", None)
         rank, world = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
