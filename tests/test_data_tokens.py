@@ -113,32 +113,37 @@ def test_a_restored_loader_continues_with_the_next_unseen_samples(folder: Path, 
 
 def test_a_short_train_run_reads_the_shards_and_logs_a_val_loss(folder: Path, tmp_path: Path
                                                                 ) -> None:  # fmt: skip
-    done = run("train", "model=decoder_only", "data=tokens", f"data.path={folder}",
-               "data.block_size=32", "data.batch_size=8", "model.d_model=32", "model.n_heads=2",
-               "model.n_layers=1", "trainer.max_steps=4", "trainer.enable_progress_bar=false",
-               "test=false", f"hydra.run.dir={tmp_path / 'run'}")  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    import json
+    from attnlab.train import train
+    from cli_runs import compose_run
 
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["status"] == "completed" and summary["metrics"]["val/loss"] > 0
-    assert (tmp_path / "run" / "tokenizer.json").is_file()
+    cfg = compose_run(["model=decoder_only", "data=tokens", f"data.path={folder}",
+                       "data.block_size=32", "data.batch_size=8", "model.d_model=32",
+                       "model.n_heads=2", "model.n_layers=1", "trainer.max_steps=4",
+                       "trainer.enable_progress_bar=false", "test=false"], tmp_path)  # fmt: skip
+    result = train(cfg, tmp_path)
+    assert result["status"] == "completed" and result["metrics"]["val/loss"] > 0
+    assert (tmp_path / "tokenizer.json").is_file()
 
 
-@pytest.mark.parametrize("case", ["missing", "not prepared", "block too long"])
-def test_a_bad_data_path_is_one_line_with_exit_2(folder: Path, tmp_path: Path, case: str
-                                                 ) -> None:  # fmt: skip
-    path = {"missing": tmp_path / "nowhere", "not prepared": tmp_path,
-            "block too long": folder}[case]  # fmt: skip
-    expect = {"missing": "attnlab-prepare", "not prepared": "holds no index.json",
-              "block too long": "data.block_size"}[case]  # fmt: skip
-    block = 100_000 if case == "block too long" else 32
-    done = run("train", "model=decoder_only", "data=tokens", f"data.path={path}",
-               f"data.block_size={block}", "trainer.max_steps=1",
-               f"hydra.run.dir={tmp_path / 'run'}")  # fmt: skip
+def test_a_bad_data_path_is_one_line_with_exit_2(tmp_path: Path) -> None:
+    done = run("train", "model=decoder_only", "data=tokens", f"data.path={tmp_path / 'nowhere'}",
+               "trainer.max_steps=1", f"hydra.run.dir={tmp_path / 'run'}")  # fmt: skip
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and expect in lines[0], lines
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "attnlab-prepare" in lines[0]
+
+
+@pytest.mark.parametrize("case", ["unset", "not prepared", "block too long"])
+def test_a_folder_that_cannot_serve_is_refused_naming_the_fix(folder: Path, tmp_path: Path,
+                                                               case: str) -> None:  # fmt: skip
+    from attnlab.errors import DataError
+
+    path = {"unset": None, "not prepared": tmp_path, "block too long": folder}[case]
+    expect = {"unset": "data.path is not set", "not prepared": "holds no index.json",
+              "block too long": "data.block_size<="}[case]  # fmt: skip
+    data = TokensDataModule(path=path, block_size=100_000 if case == "block too long" else 32)
+    with pytest.raises(DataError, match=expect):
+        data.setup()
 
 
 # 48 samples an epoch in batches of 8: 6 steps; a stop at step 4 is mid-epoch
@@ -216,19 +221,23 @@ def test_with_the_document_mask_a_document_sees_nothing_of_the_one_before(name: 
 def test_a_run_with_the_document_mask_trains_and_bad_models_are_refused(
     folder: Path, tmp_path: Path
 ) -> None:
-    common = ["data=tokens", f"data.path={folder}", "data.document_mask=true",
-              "data.block_size=32", "data.batch_size=8", "model.d_model=32", "model.n_heads=2",
-              "model.n_layers=1", "trainer.max_steps=2", "trainer.enable_progress_bar=false",
-              "test=false"]  # fmt: skip
-    done = run("train", "model=decoder_only", *common, f"hydra.run.dir={tmp_path / 'a'}")
-    assert done.returncode == 0, done.stderr[-3000:]
-    for model, expect in (("model=rnn", "takes no such mask"),
-                          ("model.attention=sliding_window", "does not take")):
-        extra = ["model=decoder_only", model] if model.startswith("model.") else [model]
-        name = model.replace("=", "_")
-        done = run("train", *extra, *common, f"hydra.run.dir={tmp_path / name}")
-        lines = done.stderr.strip().splitlines()
-        assert done.returncode == 2 and len(lines) == 1 and expect in lines[0], lines
+    from attnlab.cli.pipeline import check_document_mask
+    from attnlab.errors import ConfigError
+    from attnlab.models import ModelConfig
+    from attnlab.train import train
+    from cli_runs import compose_run
+
+    cfg = compose_run(["model=decoder_only", "data=tokens", f"data.path={folder}",
+                       "data.document_mask=true", "data.block_size=32", "data.batch_size=8",
+                       "model.d_model=32", "model.n_heads=2", "model.n_layers=1",
+                       "trainer.max_steps=2", "trainer.enable_progress_bar=false",
+                       "test=false"], tmp_path)  # fmt: skip
+    assert train(cfg, tmp_path)["status"] == "completed"
+    for settings, expect in (({"name": "rnn"}, "takes no such mask"),
+                             ({"name": "decoder_only", "attention": "sliding_window"},
+                              "does not take")):  # fmt: skip
+        with pytest.raises(ConfigError, match=expect):
+            check_document_mask(ModelConfig.from_dict(settings))
 
 
 def test_a_pickled_stream_maps_the_shards_again_instead_of_copying_them(folder: Path) -> None:

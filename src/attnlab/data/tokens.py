@@ -213,12 +213,7 @@ class TokensDataModule(AttnlabDataModule):
         super().__init__()
         if sampling not in SAMPLINGS:
             raise ConfigError(f"data.sampling: unknown {sampling!r}; choose one of {SAMPLINGS}")
-        if path is None or str(path) == "":
-            raise DataError(
-                "data.path is not set; prepare a folder with `attnlab-prepare <text files> "
-                "--out FOLDER` and set data.path=FOLDER"
-            )
-        self.path = Path(os.path.expanduser(str(path)))
+        self.path = Path(os.path.expanduser(str(path))) if path not in (None, "") else None
         self.block_size, self.sampling = int(block_size), sampling
         self.samples_per_epoch, self.eval_blocks = samples_per_epoch, eval_blocks
         self.batch_size, self.num_workers, self.seed = int(batch_size), int(num_workers), int(seed)
@@ -229,6 +224,11 @@ class TokensDataModule(AttnlabDataModule):
     def _build(self) -> None:
         if self._built:
             return
+        if self.path is None:
+            raise DataError(
+                "data.path is not set; prepare a folder with `attnlab-prepare <text files> "
+                "--out FOLDER` and set data.path=FOLDER"
+            )
         index = read_index(self.path)
         self.index = index
         self.tokenizer = load_tokenizer(self.path / index["tokenizer"]["file"], foreign=True)
