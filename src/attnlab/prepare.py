@@ -1,4 +1,4 @@
-"""attnlab-prepare: tokenize a corpus once into a folder of token shards for ``data=tokens``.
+"""attnlab-prepare: tokenize a corpus once into a folder of token shards for data=tokens.
 
 usage: attnlab-prepare INPUT [INPUT ...] --out FOLDER [options]
 
