@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import collections
 import hashlib
+import itertools
 import json
 import multiprocessing
 import os
@@ -105,9 +106,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         raise ConfigError("--out is not set; name the folder the shards go to")
     if args.shard_tokens < 1024:
         raise ConfigError(f"--shard-tokens must be at least 1024, got {args.shard_tokens}")
-    fractions = (args.val_fraction if args.val is None else 0.0) + (
-        args.test_fraction if args.test is None else 0.0)  # fmt: skip
-    if not (0.0 <= args.val_fraction < 1.0 and 0.0 <= args.test_fraction < 1.0) or fractions >= 1:
+    if not (0.0 <= args.val_fraction < 1.0 and 0.0 <= args.test_fraction < 1.0) or sum(
+            held_out_fractions(args)) >= 1:  # fmt: skip
         raise ConfigError("--val-fraction and --test-fraction must lie in [0, 1) and sum below 1")
     if args.val is None and args.val_fraction == 0.0:
         raise ConfigError("no validation documents: set --val-fraction > 0 or pass --val FILES")
@@ -120,6 +120,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 # -- which split a document belongs to ------------------------------------------------------
+def held_out_fractions(args: argparse.Namespace) -> tuple[float, float]:
+    """The val and test fractions drawn from the training inputs (0 for a split given as
+    files with --val / --test)."""
+    return (args.val_fraction if args.val is None else 0.0,
+            args.test_fraction if args.test is None else 0.0)  # fmt: skip
+
+
 def held_out_draw(seed: int, ordinal: int) -> float:
     """A uniform number in [0, 1) for document ``ordinal``: the same for the same seed."""
     digest = hashlib.blake2b(b"%d:%d" % (seed, ordinal), digest_size=8).digest()
@@ -132,6 +139,7 @@ class Corpus:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
+        self.val_fraction, self.test_fraction = held_out_fractions(args)
         self.sources = {"train": expand_sources(args.inputs)}
         for split in ("val", "test"):
             given = getattr(args, split)
@@ -143,10 +151,8 @@ class Corpus:
         return documents(sources, a.unit, a.text_field, a.hf_split, a.streaming, key)
 
     def _split_of(self, ordinal: int) -> str:
-        a = self.args
-        val = a.val_fraction if a.val is None else 0.0
-        test = a.test_fraction if a.test is None else 0.0
-        u = held_out_draw(a.seed, ordinal)
+        u = held_out_draw(self.args.seed, ordinal)
+        val, test = self.val_fraction, self.test_fraction
         return "val" if u < val else "test" if u < val + test else "train"
 
     def pieces(self) -> Iterator[tuple[str, str, bool, int]]:
@@ -221,11 +227,11 @@ def encode_pieces(texts: list[str], tokenizer: Any = None, dtype: str = "uint32"
     tokenizer = tokenizer if tokenizer is not None else _WORKER_TOKENIZER
     if hasattr(tokenizer, "encode_array"):  # characters: a vectorised look-up
         parts = [tokenizer.encode_array(t) for t in texts]
+        flat = np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
     else:
         parts = tokenizer.encode_batch(texts)
-    lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
-    flat = np.fromiter((i for part in parts for i in part), dtype=dtype, count=int(lengths.sum()))
-    return flat, lengths
+        flat = np.fromiter(itertools.chain.from_iterable(parts), dtype=dtype)
+    return flat, np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
 
 
 def _tasks(pieces: Iterator[tuple[str, str, bool, int]], max_chars: int = 1 << 20,
@@ -285,8 +291,10 @@ class SplitWriter:
     (temporary file + rename) with its document starts and checksum. Memory: one shard's
     tokens and document starts per split, whatever the corpus size."""
 
-    def __init__(self, folder: Path, split: str, dtype: str, shard_tokens: int) -> None:
+    def __init__(self, folder: Path, split: str, dtype: str, shard_tokens: int,
+                 separator: int) -> None:  # fmt: skip
         self.folder, self.split, self.dtype, self.shard_tokens = folder, split, dtype, shard_tokens
+        self.separator = np.array([separator], dtype=dtype)  # after every document
         self.buffer = np.empty(0, dtype)  # allocated at the first token (pages as filled)
         self.pending = 0  # tokens in the buffer
         self.starts = np.empty(1024, np.int64)  # where documents start in the buffer
@@ -296,8 +304,9 @@ class SplitWriter:
         self.documents = 0
         self.at_document_start = True
 
-    def add(self, ids: np.ndarray, ends_document: bool, separator: int | None) -> int:
-        """Append a piece; returns how many shards it completed."""
+    def add(self, ids: np.ndarray, ends_document: bool) -> int:
+        """Append a piece (and the separator after a document's last); returns how many
+        shards it completed."""
         if not len(self.buffer):
             self.buffer = np.empty(self.shard_tokens, self.dtype)
         if self.at_document_start:
@@ -308,8 +317,8 @@ class SplitWriter:
             self.documents += 1
         self.at_document_start = ends_document
         done = self._put(ids)
-        if ends_document and separator is not None:
-            done += self._put(np.array([separator], dtype=self.dtype))
+        if ends_document:
+            done += self._put(self.separator)
         return done
 
     def _put(self, ids: np.ndarray) -> int:
@@ -402,15 +411,15 @@ def check_folder(out: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
         path = out / name
         if path.is_file():
             try:
-                saved = json.loads(path.read_text(encoding="utf-8")).get("settings")
+                found = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, ValueError):
-                saved = None
-            if saved != settings:
+                found = {}
+            if not isinstance(found, dict) or found.get("settings") != settings:
                 raise DataError(
                     f"--out: {out} already holds {what} made from other inputs or settings; "
                     "choose another --out (or delete that folder to replace it)"
                 )
-            return json.loads(path.read_text(encoding="utf-8"))
+            return found
     if any(out.iterdir()):
         raise DataError(f"--out: {out} is not empty and holds no attnlab shards; choose "
                         "another --out (a new or empty folder)")  # fmt: skip
@@ -469,8 +478,8 @@ def _prepare_into(out: Path, args: argparse.Namespace, argv: list[str], corpus: 
             f"{tokenizer.vocab_size}; use --dtype uint32 (or auto)"
         )
     if saved is None:
-        write_atomic(tokenizer_path, tokenizer.to_json().encode())
-    writers = {s: SplitWriter(out, s, dtype, args.shard_tokens) for s in SPLITS}
+        tokenizer.save(tokenizer_path)
+    writers = {s: SplitWriter(out, s, dtype, args.shard_tokens, EOS) for s in SPLITS}
     done, generation = 0, 0
     for stale in out.glob(".*.tmp"):  # a write that a kill cut short
         stale.unlink()
@@ -500,7 +509,7 @@ def _prepare_into(out: Path, args: argparse.Namespace, argv: list[str], corpus: 
     for meta, (flat, lengths) in encoded(_tasks(pieces), tokenizer, args.workers, dtype):
         ends = np.cumsum(lengths).tolist()
         for (split, last, ordinal), stop, n in zip(meta, ends, lengths.tolist(), strict=True):
-            unsaved |= writers[split].add(flat[stop - n : stop], last, EOS) > 0
+            unsaved |= writers[split].add(flat[stop - n : stop], last) > 0
             if last:
                 done = ordinal + 1
                 if unsaved:

@@ -34,11 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[3]
-
-
-def shared_root() -> Path:
-    return Path(os.environ.get("ATTNLAB_DATA_ROOT", REPO.parent / "shared" / "data"))
+from attnlab.bench.startup import REPO, no_shakespeare, run_env, shared_root
 
 
 def base_documents(root: Path) -> list[str]:
@@ -255,8 +251,7 @@ def step_parity(tmp: Path, root: Path, rounds: int) -> dict[str, Any]:
     subprocess.run([sys.executable, "-m", "attnlab.prepare", str(train), "--val", str(val),
                     "--unit", "file", "--tokenizer", "char", "--out", str(folder),
                     "--workers", "0"], check=True, env=_env(), capture_output=True)  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "ATTNLAB_DATA_ROOT": str(root),
-           "ATTNLAB_LOG_DIR": str(tmp / "logs"), "WANDB_MODE": "disabled"}  # fmt: skip
+    env = run_env(root, tmp / "logs")
     # the preset's own split (the last 10 % of characters validates) is the same cut
     ways = {"text": [],
             "tokens": ["data=tokens", f"data.path={folder}", "data.block_size=64",
@@ -282,8 +277,8 @@ def run_data(sizes_mb: list[float], workers_mb: float, text_mb: list[float], rou
              work: Path | None = None, step_rounds: int | None = None
              ) -> dict[str, Any]:  # fmt: skip
     root = shared_root()
-    if not (root / "tinyshakespeare" / "input.txt").is_file():
-        return {"skipped": f"no tinyshakespeare/input.txt under {root}; set ATTNLAB_DATA_ROOT"}
+    if (skipped := no_shakespeare(root)) is not None:
+        return skipped
     from attnlab.data.tokenizers import BPETokenizer
 
     docs = base_documents(root)

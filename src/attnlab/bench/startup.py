@@ -62,15 +62,33 @@ def _run(env: dict[str, str], cwd: Path) -> dict[str, float]:
             "job_s": float(summary["wall_s"])}  # fmt: skip
 
 
+def shared_root(data: Path | None = None) -> Path:
+    """The shared data: ``data``, else ``$ATTNLAB_DATA_ROOT``, else beside the checkout."""
+    return data or Path(os.environ.get("ATTNLAB_DATA_ROOT", REPO.parent / "shared/data"))
+
+
+def no_shakespeare(root: Path) -> dict[str, str] | None:
+    """The benchmark's result when Tiny Shakespeare is missing under ``root``, else None."""
+    if (root / "tinyshakespeare" / "input.txt").is_file():
+        return None
+    return {"skipped": f"no tinyshakespeare/input.txt under {root}; set ATTNLAB_DATA_ROOT"}
+
+
+def run_env(root: Path, logs: Path) -> dict[str, str]:
+    """The environment of a benchmarked training run: this checkout, the shared data,
+    logs under ``logs``, no W&B."""
+    return {**os.environ, "PYTHONPATH": str(REPO / "src"), "ATTNLAB_DATA_ROOT": str(root),
+            "ATTNLAB_LOG_DIR": str(logs), "WANDB_MODE": "disabled"}  # fmt: skip
+
+
 def run_startup(rounds: int = 5, data: Path | None = None) -> dict[str, Any]:
     """Bare imports and one-step runs in turns; per-round and median seconds."""
-    root = data or Path(os.environ.get("ATTNLAB_DATA_ROOT", REPO.parent / "shared/data"))
-    if not (root / "tinyshakespeare" / "input.txt").is_file():
-        return {"skipped": f"no tinyshakespeare/input.txt under {root}; set ATTNLAB_DATA_ROOT"}
+    root = shared_root(data)
+    if (skipped := no_shakespeare(root)) is not None:
+        return skipped
     per_round: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory(prefix="attnlab_startup_") as tmp:
-        env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "ATTNLAB_DATA_ROOT": str(root),
-               "ATTNLAB_LOG_DIR": str(Path(tmp) / "logs"), "WANDB_MODE": "disabled"}  # fmt: skip
+        env = run_env(root, Path(tmp) / "logs")
         _run(env, Path(tmp))  # fills the data cache and Python's bytecode caches, untimed
         for i in range(rounds):
             if i % 2 == 0:

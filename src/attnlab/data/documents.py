@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnlab.data.files import file_identity, not_utf8
+from attnlab.data.hub import is_saved_dataset
 from attnlab.errors import DataError
 
 UNITS = ("file", "paragraph", "line")
@@ -44,15 +46,12 @@ class Source:
 
     def identity(self) -> list[Any]:
         """What says the source is unchanged (path, size and mtime of a file)."""
-        if self.kind == "hub":
-            return [self.spec]
-        st = Path(self.spec).stat()
-        return [self.spec, st.st_size, st.st_mtime_ns]
+        return [self.spec] if self.kind == "hub" else file_identity(Path(self.spec))
 
 
 def _kind(path: Path) -> str:
     if path.is_dir():
-        if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
+        if is_saved_dataset(path):
             return "saved"
         raise DataError(
             f"input: {path} is a folder but not a saved Hugging Face dataset; pass its files "
@@ -95,10 +94,7 @@ def _lines(path: str, key: str) -> Iterator[str]:
                 try:
                     line = raw[bom:].decode("utf-8")
                 except UnicodeDecodeError as e:
-                    raise DataError(
-                        f"{key}: {path} is not UTF-8 text (bad byte at offset "
-                        f"{offset + bom + e.start}); convert it, e.g. `iconv -f latin1 -t utf-8`"
-                    ) from e
+                    raise not_utf8(key, path, offset + bom + e.start) from e
                 offset += len(raw)
                 yield line
     except zlib.error as e:

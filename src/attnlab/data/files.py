@@ -51,6 +51,14 @@ def file_identity(path: Path) -> list:
     return [str(path.resolve()), st.st_size, st.st_mtime_ns]
 
 
+def not_utf8(key: str, path: Path | str, offset: int) -> DataError:
+    """The error for a file that is not UTF-8: where the bad byte is, and the fix."""
+    return DataError(
+        f"{key}: {path} is not UTF-8 text (bad byte at offset {offset}); "
+        f"convert it, e.g. `iconv -f latin1 -t utf-8`"
+    )
+
+
 def read_text(path: Path, key: str) -> str:
     """The whole file as UTF-8 text; DataError if it is not UTF-8 or holds no text."""
     try:
@@ -66,10 +74,7 @@ def read_text(path: Path, key: str) -> str:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise DataError(
-            f"{key}: {path} is not UTF-8 text (bad byte at offset {e.start}); "
-            f"convert it, e.g. `iconv -f latin1 -t utf-8`"
-        ) from e
+        raise not_utf8(key, path, e.start) from e
     if not text.strip():
         raise DataError(f"{key}: {path} is empty; point {key} at a file with text")
     return text

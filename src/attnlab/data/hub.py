@@ -9,6 +9,11 @@ from typing import Any
 from attnlab.errors import DataError
 
 
+def is_saved_dataset(folder: Path) -> bool:
+    """Whether ``folder`` was written by ``save_to_disk`` (a Dataset or a DatasetDict)."""
+    return (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file()
+
+
 def load_hf_dataset(name: str, config: str | None = None) -> Any:
     """``datasets.load_dataset(name, config)`` as a DatasetDict; DataError when it can't be loaded.
 
@@ -18,7 +23,7 @@ def load_hf_dataset(name: str, config: str | None = None) -> Any:
     ``datasets.load_from_disk``.
     """
     local = Path(os.path.expanduser(str(name)))
-    saved = (local / "dataset_dict.json").is_file() or (local / "state.json").is_file()
+    saved = is_saved_dataset(local)
     try:
         import datasets
 

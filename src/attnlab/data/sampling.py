@@ -11,6 +11,7 @@ resumed epoch continues with the next unseen batch.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sized
 from typing import Any
 
@@ -21,11 +22,17 @@ from torch.utils.data import DataLoader, RandomSampler
 _CHUNK = 8192  # indices converted to Python at a time
 
 
-def epoch_generator(seed: int, epoch: int, *more: int) -> torch.Generator:
-    """A generator for ``(seed, epoch, *more)``; distinct keys give unrelated streams."""
+@functools.lru_cache(maxsize=256)  # a pure function asked once a batch by data=tokens
+def epoch_seed(seed: int, epoch: int, *more: int) -> int:
+    """A 64-bit seed for ``(seed, epoch, *more)``; distinct keys give unrelated seeds."""
     key = [int(seed) & 0xFFFFFFFF, int(epoch), *map(int, more)]
     state = np.random.SeedSequence(key).generate_state(2)
-    return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
+    return int(state[0]) << 32 | int(state[1])
+
+
+def epoch_generator(seed: int, epoch: int, *more: int) -> torch.Generator:
+    """A generator for ``(seed, epoch, *more)``; distinct keys give unrelated streams."""
+    return torch.Generator().manual_seed(epoch_seed(seed, epoch, *more))
 
 
 class EpochRandomSampler(RandomSampler):

@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -104,14 +103,6 @@ def read_index(folder: str | os.PathLike, key: str = "data.path") -> dict[str, A
     return index
 
 
-@dataclass
-class Shard:
-    """One mapped shard: its tokens (read-only ``np.memmap``) and where documents start."""
-
-    tokens: np.ndarray
-    path: Path
-
-
 class ShardedTokens:
     """One split's shards as one read-only token stream.
 
@@ -123,7 +114,7 @@ class ShardedTokens:
         self._args = (folder, index, split, key)
         info = index["splits"].get(split) or {"shards": []}
         dtype = np.dtype(index["dtype"])
-        self.shards: list[Shard] = []
+        self.shards: list[np.ndarray] = []  # each shard's tokens, a read-only np.memmap
         for entry in info["shards"]:
             path = folder / entry["file"]
             expected = int(entry["tokens"]) * dtype.itemsize
@@ -135,8 +126,8 @@ class ShardedTokens:
                     "(attnlab-prepare writes whole shards only)"
                 )
             tokens = np.memmap(path, dtype=dtype, mode="r") if expected else np.zeros(0, dtype)
-            self.shards.append(Shard(tokens, path))
-        sizes = [len(s.tokens) for s in self.shards]
+            self.shards.append(tokens)
+        sizes = [len(s) for s in self.shards]
         self.offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
         self.n_tokens = int(self.offsets[-1])
 
@@ -153,14 +144,14 @@ class ShardedTokens:
 
     def _read(self, start: int, stop: int) -> np.ndarray:
         if stop <= start:
-            return np.zeros(0, self.shards[0].tokens.dtype if self.shards else np.int64)
+            return np.zeros(0, self.shards[0].dtype if self.shards else np.int64)
         first = int(np.searchsorted(self.offsets, start, side="right")) - 1
         parts, at = [], start
         while at < stop:
             shard = self.shards[first]
             local = at - int(self.offsets[first])
-            take = min(stop - at, len(shard.tokens) - local)
-            parts.append(shard.tokens[local : local + take])
+            take = min(stop - at, len(shard) - local)
+            parts.append(shard[local : local + take])
             at, first = at + take, first + 1
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 

@@ -44,6 +44,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, default_collate, get_worker_info
 
 from attnlab.data.base import AttnlabDataModule
+from attnlab.data.sampling import epoch_seed
 from attnlab.data.shards import ShardedTokens, read_index
 from attnlab.data.text import TokenBlocks, eval_starts
 from attnlab.data.tokenizers import load_tokenizer
@@ -62,13 +63,6 @@ def splitmix64(x: np.ndarray) -> np.ndarray:
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         return z ^ (z >> np.uint64(31))
-
-
-def epoch_key(seed: int, epoch: int) -> np.uint64:
-    """A 64-bit key for ``(seed, epoch)``; distinct pairs give unrelated sample orders."""
-    state = np.random.SeedSequence([int(seed) & 0xFFFFFFFF, int(epoch), 0x70CE]).generate_state(
-        1, np.uint64)  # fmt: skip
-    return np.uint64(state[0])
 
 
 def documents_of(tokens: torch.Tensor) -> torch.Tensor:
@@ -91,7 +85,7 @@ def sample_starts(indices: np.ndarray, n_tokens: int, block_size: int, sampling:
     span = block_size + 1
     if sampling == "sequential":
         return (indices % ((n_tokens - 1) // block_size)) * block_size
-    keyed = indices.astype(np.uint64) ^ epoch_key(seed, epoch)
+    keyed = indices.astype(np.uint64) ^ np.uint64(epoch_seed(seed, epoch, 0x70CE))
     return (splitmix64(keyed) % np.uint64(n_tokens - span + 1)).astype(np.int64)
 
 
