@@ -193,3 +193,101 @@ def test_sliding_window_never_builds_a_sequence_by_sequence_matrix() -> None:
     for first in (0, T - 100):  # spot-check rows against the explicit mask, 100 at a time
         rows = reference_attention(kind, q[:, :, first : first + 100], k, v, q_offset=first)
         torch.testing.assert_close(out[:, :, first : first + 100], rows)
+
+
+# --- linear attention with RoPE: the rotation acts on the features (RoFormer §3.4.3) ---
+
+
+def rotation(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, sin) of RoPE at ``positions`` for heads of D_HEAD, as the stack builds them."""
+    from attnlab.nn.positions import RotaryPositions
+
+    rope = RotaryPositions(2 * D_HEAD, 2, 300, causal=True)
+    return tuple(t.double() for t in rope.rotary(positions))  # type: ignore[return-value]
+
+
+def roformer_eq_19(q, k, v, causal: bool, key_real=None) -> torch.Tensor:  # noqa: ANN001
+    """Eq. 19 of RoFormer by hand: 2×2 rotation matrices R_m of angle m·10000^(−2i/d),
+    Σ_n (R_m φ(q_m))ᵀ(R_n φ(k_n)) v_n / Σ_n φ(q_m)ᵀφ(k_n), one (m, n) at a time."""
+
+    def rotate(x: torch.Tensor, m: int) -> torch.Tensor:
+        out = x.clone()
+        for i in range(D_HEAD // 2):
+            angle = m * 10000.0 ** (-2 * i / D_HEAD)
+            c, s = math.cos(angle), math.sin(angle)
+            R = torch.tensor([[c, -s], [s, c]], dtype=torch.float64)
+            out[..., 2 * i : 2 * i + 2] = x[..., 2 * i : 2 * i + 2] @ R.T
+        return out
+
+    phi = lambda x: torch.nn.functional.elu(x) + 1  # noqa: E731
+    B, H, T, _ = q.shape
+    out = torch.zeros_like(v)
+    for m in range(T):
+        numerator, denominator = torch.zeros_like(v[:, :, 0]), torch.zeros(B, H, 1).double()
+        for n in range(m + 1 if causal else T):
+            real = 1.0 if key_real is None else key_real[:, n].double()[:, None, None]
+            weight = (rotate(phi(q[:, :, m]), m) * rotate(phi(k[:, :, n]), n)).sum(-1, keepdim=True)
+            numerator += real * weight * v[:, :, n]
+            denominator += real * (phi(q[:, :, m]) * phi(k[:, :, n])).sum(-1, keepdim=True)
+        out[:, :, m] = numerator / denominator.clamp_min(1e-300)  # no key: output 0
+    return out
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["dense", "padded"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_linear_attention_with_rope_is_eq_19_of_roformer(causal: bool, padded: bool) -> None:
+    kind, (q, k, v) = make("linear", causal), qkv(20)
+    key_real = padding(20) if padded else None
+    rope = rotation(torch.arange(20))
+    expected = roformer_eq_19(q, k, v, causal, key_real)
+    torch.testing.assert_close(kind.reference(q, k, v, key_real, rope=rope), expected)
+    torch.testing.assert_close(kind.attend(q, k, v, key_real, rope=rope), expected)
+
+
+@pytest.mark.parametrize("T", [7, 130, 257])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_linear_attention_with_rope_chunked_equals_reference(causal: bool, T: int) -> None:
+    """Chunks of 64: the denominator inside a chunk is no longer its scores' row sum."""
+    kind, (q, k, v), key_real = make("linear", causal), qkv(T), padding(T)
+    rope = rotation(torch.arange(T))
+    expected = kind.reference(q, k, v, key_real, rope=rope)
+    torch.testing.assert_close(kind.attend(q, k, v, key_real, rope=rope), expected)
+    weights = kind.features(q, rope)[0] @ kind.features(k, rope)[0].transpose(-2, -1)
+    assert (weights < 0).any()  # rotated numerator weights can be negative; the output is finite
+    assert torch.isfinite(expected).all()
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "math"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_linear_attention_with_rope_depends_only_on_relative_positions(
+    causal: bool, impl: str
+) -> None:
+    """Through the layer: the same sequence placed at positions 0… or 37… gives the same
+    output, since R_mᵀR_n = R_{n−m} (to RoPE's float32 angles). Rotating q and k before φ
+    (not the features) fails this."""
+    from attnlab.nn.attention import MultiHeadAttention
+    from attnlab.nn.kernels import AttentionInputs
+
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(2 * D_HEAD, 2, impl=impl, kind=make("linear", causal)).double()
+    x = torch.randn(2, 90, 2 * D_HEAD, dtype=torch.float64)
+    at_zero = layer(x, AttentionInputs(rope=rotation(torch.arange(90))))
+    shifted = layer(x, AttentionInputs(rope=rotation(torch.arange(37, 127))))
+    torch.testing.assert_close(shifted, at_zero, atol=1e-6, rtol=1e-5)
+    unrotated = layer(x, AttentionInputs())
+    assert not torch.allclose(unrotated, at_zero)  # the rotation is applied at all
+
+
+def test_linear_state_decoding_with_rope_equals_the_causal_form_token_by_token() -> None:
+    """S sums the rotated φ(K_j)V_jᵀ, Z the unrotated φ(K_j) (the two running sums)."""
+    kind, (q, k, v), key_real = make("linear", True), qkv(150), padding(150)
+    rope = rotation(torch.arange(150))
+    full = kind.attend(q, k, v, key_real, rope=rope)
+    S, Z = kind.linear_state(k[:, :, :0], v[:, :, :0], key_real[:, :0], rope=None)
+    for t in range(150):
+        now = slice(t, t + 1)
+        at_t = tuple(r[:, :, now] for r in rope)
+        dS, dZ = kind.linear_state(k[:, :, now], v[:, :, now], key_real[:, now], at_t)
+        S, Z = S + dS, Z + dZ
+        step = kind.attend_with_state(q[:, :, t : t + 1], S, Z, at_t)
+        torch.testing.assert_close(step[:, :, 0], full[:, :, t], atol=1e-10, rtol=1e-10)

@@ -94,7 +94,8 @@ class WindowKV:
 
 
 class RunningSums:
-    """Linear attention's state: ``sums(k, v, key_real)`` = (S, Z) of the keys read so far.
+    """Linear attention's state: ``sums(k, v, key_real, rope)`` = (S, Z) of the keys read so
+    far (``rope``: the rotation at the new keys' positions, RoFormer §3.4.3).
 
     The prompt is attended causally over its own keys; every later step reads the sums of
     the keys before it (``Past.state``) and adds its own to them."""
@@ -106,7 +107,7 @@ class RunningSums:
 
     def update(self, k: Tensor, v: Tensor, inputs: AttentionInputs) -> Past:
         real = None if inputs.key_real is None else inputs.key_real[:, -k.size(2) :]
-        S, Z = self.sums(k, v, real)
+        S, Z = self.sums(k, v, real, inputs.rope)
         before = self.state
         self.state = (S, Z) if before is None else (before[0] + S, before[1] + Z)
         self.past = Past(k, v, before)

@@ -29,6 +29,7 @@ from attnlab.nn.kernels import (
     math_attention,
 )
 from attnlab.nn.normalization import make_norm
+from attnlab.nn.positions import apply_rotary
 
 if TYPE_CHECKING:
     from attnlab.model_config import ModelConfig
@@ -113,6 +114,8 @@ class MultiHeadAttention(nn.Module):
         self.dropout = dropout
         self.q_norm = make_norm(norm_type, self.d_head) if qk_norm else None
         self.k_norm = make_norm(norm_type, self.d_head) if qk_norm else None
+        # linear attention rotates its features, not q and k (RoFormer §3.4.3)
+        self.rotates_inside = bool(getattr(kind, "rotates_features", False))
         self.kernel: Kernel = choose_kernel(impl, kind)
         self._chosen = self.kernel
 
@@ -184,7 +187,7 @@ class MultiHeadAttention(nn.Module):
         if memory is None:  # self-attention: Q, K, V in one matrix product
             q, k, v = (self._heads(t) for t in self.in_proj(x).split(self.split_sizes, dim=-1))
             q, k = self._normed(q, self.q_norm, v.dtype), self._normed(k, self.k_norm, v.dtype)
-            if inputs.rope is not None:
+            if inputs.rope is not None and not self.rotates_inside:
                 q, k = apply_rotary(q, *inputs.rope), apply_rotary(k, *inputs.rope)
             past = Past(k, v) if cache is None else cache.update(k, v, inputs)
         else:  # cross-attention: K, V from the encoder output, once per sequence
@@ -199,9 +202,3 @@ class MultiHeadAttention(nn.Module):
         B, H, T, Dh = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(B, T, H * Dh))
 
-
-def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate pairs (x_2i, x_2i+1) by position·θ_i (RoFormer, Su et al. 2021, eq. 34)."""
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
-    return rotated.flatten(-2).type_as(x)

@@ -38,6 +38,7 @@ from torch import Tensor, nn
 
 from attnlab.errors import ConfigError
 from attnlab.nn.kernels import Keeps, math_attention
+from attnlab.nn.positions import apply_rotary
 from attnlab.registry import Registry
 
 if TYPE_CHECKING:
@@ -51,10 +52,14 @@ class AttentionKind(nn.Module):
     the last ``cache_window`` keys (None: all of them). ``has_params``: the kind owns
     learned parameters (it is an ``nn.Module`` for that reason). ``sparse``: a pattern
     that skips keys (full attention is not: it keeps SDPA's flash kernel on CUDA).
+    ``rotates_features``: with ``model.pos=rope`` the kind rotates inside its own formula
+    (linear attention's features), so it gets q and k unrotated and the rotation as
+    ``rope=`` (cos, sin) of the key positions; otherwise q and k arrive rotated.
     """
 
     causal_ok = True
     has_params = False
+    rotates_features = False
     sparse = True
     cache_window: int | None = None
     causal_error = "this attention kind cannot be causal"
@@ -520,6 +525,9 @@ def elu_feature_map(x: Tensor) -> Tensor:
     return F.elu(x) + 1
 
 
+Rope = tuple[Tensor, Tensor]  # (cos, sin) of positions 0 … T_k − 1, (B|1, 1, T_k, d/2)
+
+
 class LinearAttention(AttentionKind):
     """Kernelised attention (Katharopoulos et al. 2020, eq. 4–6), φ = ``elu_feature_map``:
 
@@ -530,29 +538,64 @@ class LinearAttention(AttentionKind):
     chunk, S and Z of the earlier chunks across — exact, memory O(T·(chunk + d²/chunk)).
     Decoding keeps only (S, Z) (``keeps``): ``attend_after`` the cached sums, O(d²) a step.
     φ of padded keys is zero. There are no attention weights, so ``dropout_p`` is unused.
+
+    With ``model.pos=rope`` the rotation acts on the features, in the numerator only
+    (RoFormer, Su et al. 2021, §3.4.3, eq. 19):
+
+        V'_m = Σ_n (R_m φ(q_m))ᵀ (R_n φ(k_n)) v_n / Σ_n φ(q_m)ᵀ φ(k_n)
+
+    so the numerator's weights depend on positions only through m − n, as RoPE's do in
+    softmax attention (rotating q and k before φ would not: φ is not linear). S sums the
+    rotated φ(K_j) V_jᵀ, Z the unrotated φ(K_j). The rotated weights can be negative; the
+    denominator stays a sum of positive terms, so it cannot vanish, and the weights of a
+    row need not sum to one — the published form, which RoFormer keeps for that reason.
+    ``MultiHeadAttention`` leaves q and k unrotated for this kind (``rotates_features``)
+    and its kernel hands the (cos, sin) of the key positions to each method as ``rope``.
     """
 
     chunk = 64
     pattern = None  # type: ignore[assignment]  # no softmax: no FlexAttention path
+    rotates_features = True
 
-    def phi_keys(self, k: Tensor, key_real: Tensor | None) -> Tensor:
-        keys = elu_feature_map(k)
-        return keys if key_real is None else keys * key_real[:, None, :, None].to(k.dtype)
+    @staticmethod
+    def features(x: Tensor, rope: Rope | None, rows: slice = slice(None)) -> tuple[Tensor, Tensor]:
+        """(R φ(x), φ(x)): the rotated features of the numerator and the plain ones of the
+        denominator, ``x`` at the positions ``rows`` of ``rope`` (the same tensor twice
+        without RoPE)."""
+        plain = elu_feature_map(x)
+        if rope is None:
+            return plain, plain
+        cos, sin = (t[..., rows, :] for t in rope)
+        return apply_rotary(plain, cos, sin), plain
+
+    def phi_keys(
+        self, k: Tensor, key_real: Tensor | None, rope: Rope | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """(R φ(K), φ(K)), zero at padded keys."""
+        rotated, plain = self.features(k, rope)
+        if key_real is None:
+            return rotated, plain
+        real = key_real[:, None, :, None].to(k.dtype)
+        masked = plain * real
+        return (masked if rotated is plain else rotated * real), masked
 
     def linear_state(
-        self, k: Tensor, v: Tensor, key_real: Tensor | None = None
+        self, k: Tensor, v: Tensor, key_real: Tensor | None = None, rope: Rope | None = None
     ) -> tuple[Tensor, Tensor]:
-        """S = Σ_j φ(K_j)V_jᵀ (B, H, d, d_v) and Z = Σ_j φ(K_j) (B, H, d) over the given keys.
+        """S = Σ_j R_j φ(K_j)V_jᵀ (B, H, d, d_v) and Z = Σ_j φ(K_j) (B, H, d) over the given
+        keys (``rope``: the rotation at their positions).
 
         Both are sums, so a decoding cache adds the state of each new token to its own.
         """
-        keys = self.phi_keys(k, key_real)
-        return keys.transpose(-2, -1) @ v, keys.sum(dim=-2)
+        rotated, plain = self.phi_keys(k, key_real, rope)
+        return rotated.transpose(-2, -1) @ v, plain.sum(dim=-2)
 
-    def attend_with_state(self, q: Tensor, S: Tensor, Z: Tensor) -> Tensor:
-        """φ(Q)ᵀS / φ(Q)ᵀZ (B, H, Tq, d_v): every query sees every key summed into (S, Z)."""
-        queries = elu_feature_map(q)
-        return queries @ S / _normaliser(queries @ Z.unsqueeze(-1))
+    def attend_with_state(
+        self, q: Tensor, S: Tensor, Z: Tensor, rope: Rope | None = None
+    ) -> Tensor:
+        """(R φ(Q))ᵀS / φ(Q)ᵀZ (B, H, Tq, d_v): every query sees every key summed into (S, Z)."""
+        rotated, plain = self.features(q, rope)
+        return rotated @ S / _normaliser(plain @ Z.unsqueeze(-1))
 
     def keeps(self) -> Keeps:
         """A decoding cache keeps the sums (S, Z) in place of the keys (eq. 9–10)."""
@@ -560,46 +603,79 @@ class LinearAttention(AttentionKind):
 
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None,
-        q_offset: int = 0, dropout_p: float = 0.0,
+        q_offset: int = 0, dropout_p: float = 0.0, rope: Rope | None = None,
     ) -> Tensor:  # fmt: skip
+        """``rope``: the rotation at the key positions 0 … T_k − 1; the queries are at
+        q_offset … q_offset + T_q − 1."""
+        Tq = q.size(2)
         if not self.causal:
-            return self.attend_with_state(q, *self.linear_state(k, v, key_real))
+            S, Z = self.linear_state(k, v, key_real, rope)
+            return self.attend_with_state(q, S, Z, _rows(rope, q_offset, Tq))
         earlier = None if key_real is None else key_real[:, :q_offset]
-        state = self.linear_state(k[:, :, :q_offset], v[:, :, :q_offset], earlier)
+        state = self.linear_state(
+            k[:, :, :q_offset], v[:, :, :q_offset], earlier, _rows(rope, 0, q_offset)
+        )
         later = None if key_real is None else key_real[:, q_offset:]
-        return self.attend_after(q, k[:, :, q_offset:], v[:, :, q_offset:], later, state)
+        return self.attend_after(
+            q, k[:, :, q_offset:], v[:, :, q_offset:], later, state, _rows(rope, q_offset, Tq)
+        )
 
     def attend_after(
         self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None,
-        state: tuple[Tensor, Tensor],
+        state: tuple[Tensor, Tensor], rope: Rope | None = None,
     ) -> Tensor:  # fmt: skip
         """Causal outputs of the queries of keys ``k`` (one per query, in order) after the
         keys summed into ``state`` = (S, Z): chunks of ``chunk`` queries, the quadratic
-        masked form inside a chunk, S and Z of the earlier keys and chunks across."""
+        masked form inside a chunk, S and Z of the earlier keys and chunks across.
+        ``rope``: the rotation at these queries' (and keys') positions. With RoPE the
+        denominator inside a chunk is a product of its own, not the numerator's row sums."""
         B, H, Tq, d = q.shape
         C, n = self.chunk, -(-Tq // self.chunk)
-        keys = self.phi_keys(k, key_real)
+        keys, plain_keys = self.phi_keys(k, key_real, rope)
+        queries, plain_queries = self.features(q, rope)
         S, Z = state
-        qc = _windows(elu_feature_map(q), 0, C, C, n)  # (B, H, n, C, d)
-        kc, vc = _windows(keys, 0, C, C, n), _windows(v, 0, C, C, n)
+
+        def chunks(x: Tensor) -> Tensor:
+            return _windows(x, 0, C, C, n)  # (B, H, n, C, ·)
+
+        qc, kc, vc = chunks(queries), chunks(keys), chunks(v)
         scores = (qc @ kc.transpose(-2, -1)).tril()  # (B, H, n, C, C): within the chunk
-        chunk_S, chunk_Z = kc.transpose(-2, -1) @ vc, kc.sum(-2)  # (B, H, n, d, d_v), (B, H, n, d)
+        if plain_keys is keys:
+            plain_qc, plain_kc, plain_scores = qc, kc, scores
+        else:
+            plain_qc, plain_kc = chunks(plain_queries), chunks(plain_keys)
+            plain_scores = (plain_qc @ plain_kc.transpose(-2, -1)).tril()
+        chunk_S, chunk_Z = kc.transpose(-2, -1) @ vc, plain_kc.sum(-2)  # (B,H,n,d,d_v), (B,H,n,d)
         S = S.unsqueeze(2) + F.pad(chunk_S.cumsum(2), (0, 0, 0, 0, 1, -1))  # earlier chunks
         Z = Z.unsqueeze(2) + F.pad(chunk_Z.cumsum(2), (0, 0, 1, -1))
         numerator = scores @ vc + qc @ S
-        denominator = scores.sum(-1, keepdim=True) + qc @ Z.unsqueeze(-1)
+        denominator = plain_scores.sum(-1, keepdim=True) + plain_qc @ Z.unsqueeze(-1)
         out = numerator / _normaliser(denominator)
         return out.reshape(B, H, n * C, -1)[:, :, :Tq]
 
     def reference(
-        self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None, q_offset: int = 0
-    ) -> Tensor:
-        """Eq. 4 densely: weights φ(Q_i)·φ(K_j), zero outside ``mask()``, rows normalised."""
-        weights = elu_feature_map(q) @ self.phi_keys(k, key_real).transpose(-2, -1)
-        mask = self.mask(q.size(2), k.size(2), q_offset, q.device)
+        self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None,
+        q_offset: int = 0, rope: Rope | None = None,
+    ) -> Tensor:  # fmt: skip
+        """Eq. 4 densely (eq. 19 of RoFormer with ``rope``): numerator weights
+        (R_i φ(Q_i))·(R_j φ(K_j)), denominator Σ_j φ(Q_i)·φ(K_j), zero outside ``mask()``."""
+        Tq = q.size(2)
+        queries, plain_queries = self.features(q, rope, slice(q_offset, q_offset + Tq))
+        keys, plain_keys = self.phi_keys(k, key_real, rope)
+        weights = queries @ keys.transpose(-2, -1)
+        plain = plain_queries @ plain_keys.transpose(-2, -1)
+        mask = self.mask(Tq, k.size(2), q_offset, q.device)
         if mask is not None:
-            weights = weights.masked_fill(~mask, 0.0)
-        return weights / _normaliser(weights.sum(-1, keepdim=True)) @ v
+            weights, plain = weights.masked_fill(~mask, 0.0), plain.masked_fill(~mask, 0.0)
+        return weights @ v / _normaliser(plain.sum(-1, keepdim=True))
+
+
+def _rows(rope: Rope | None, start: int, length: int) -> Rope | None:
+    """The rotation at positions start … start + length − 1."""
+    if rope is None:
+        return None
+    cos, sin = rope
+    return cos[..., start : start + length, :], sin[..., start : start + length, :]
 
 
 def _normaliser(denominator: Tensor) -> Tensor:

@@ -273,21 +273,25 @@ class KindKernel:
         kind, T = self.kind, q.size(2)
         k, v = repeat_kv(past.k, past.v, q.size(1))
         real = inputs.key_real
+        # a kind that rotates inside its formula takes the rotation of the new positions
+        rope = {"rope": inputs.rope} if kind.rotates_features else {}
         if past.state is not None:  # linear attention after a cached prefix: the new keys only
             group = q.size(1) // past.k.size(1)  # the sums, like K and V, per K/V head
             state = tuple(t.repeat_interleave(group, dim=1) for t in past.state)
-            return kind.attend_after(q, k, v, None if real is None else real[:, -T:], state)
+            return kind.attend_after(q, k, v, None if real is None else real[:, -T:], state, **rope)
         q_offset = k.size(2) - T  # the keys end with the queries' own
+        if rope and inputs.rope is not None and q_offset:
+            raise ValueError("a kind that rotates its features attends over the new keys only")
         if real is not None:
             real = real[:, -k.size(2) :]
         if self.impl == "math":
-            return kind.reference(q, k, v, real, q_offset)
+            return kind.reference(q, k, v, real, q_offset, **rope)
         if flex.uses_flex(kind, self.impl, q, dropout_p, decoding=q_offset > 0):
             key = (T, k.size(2), q_offset)
             if key not in inputs.flex_masks:
                 inputs.flex_masks[key] = flex.block_mask(kind, *key, real, q.device)
             return flex.flex_attend(kind, q, k, v, real, q_offset, inputs.flex_masks[key])
-        return kind.attend(q, k, v, real, q_offset, dropout_p)
+        return kind.attend(q, k, v, real, q_offset, dropout_p, **rope)
 
 
 Kernel = SoftmaxKernel | KindKernel

@@ -194,6 +194,13 @@ class Sinusoidal2DPositions(GridPositions):
         return x + table.to(x.dtype)
 
 
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate pairs (x_2i, x_2i+1) by position·θ_i (RoFormer, Su et al. 2021, eq. 34)."""
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+    return rotated.flatten(-2).type_as(x)
+
+
 class RotaryPositions(Positions):
     """Rotary position embedding (Su et al. 2021): rotate Q and K of every head.
 
