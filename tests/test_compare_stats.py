@@ -134,7 +134,9 @@ def test_all_pairs_prints_holm_p_effect_size_and_probability_of_improvement(tmp_
     assert lines[0] == (
         f"Welch t-test on val/loss: model.norm=post vs model.norm=pre: "
         f"t={t.statistic:.3g}, p={t.pvalue:.3g}, Holm p={3 * t.pvalue:.3g} "
-        f"(n=5 vs 5); Hedges' g={g:.3g}; P(A better)=0"
+        f"(n=5 vs 5); Hedges' g={g:.3g}; P(A better)=0; "
+        f"A − B = {np.mean(FIVE_POST) - np.mean(FIVE_PRE):.3g}, "
+        f"95% CI [{t.confidence_interval(0.95).low:.3g}, {t.confidence_interval(0.95).high:.3g}]"
     )
     assert "Holm–Bonferroni-adjusted over the 3 tests" in out
     code, _, err = run_cli(capsys, sweep, "--all-pairs", "--vs-best")

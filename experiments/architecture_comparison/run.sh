@@ -19,19 +19,20 @@ TAG="${TAG:-}"
 
 run_part() {  # part, experiments, metrics, metric for the curves' plot, second metric to test
   local part="$1" experiments="$2" metrics="$3" curve="$4" second="$5"
-  local sweep="${SWEEP:-logs/study_architectures/multiruns/${part}${TAG}_$STAMP}"
-  local out="$HERE/results_${part}${TAG}.md" first="${metrics%% *}"
-  train_sweep "$sweep" experiment="$experiments" seed="$SEEDS" "${EXTRA[@]}"
+  local sweep
+  sweep="$(sweep_dir "${part}${TAG}" "${SWEEP:-logs/study_architectures/multiruns/${part}${TAG}_$STAMP}")"
+  local out="$OUT/results_${part}${TAG}.md" first="${metrics%% *}"
+  train_sweep "${part}${TAG}" "$sweep" experiment="$experiments" seed="$SEEDS" "${EXTRA[@]}"
   # shellcheck disable=SC2086  # $metrics is a list of metric names
   "$PY" -m attnlab.compare "$sweep" --by experiment_name --metric $metrics \
-      --plot "$HERE/${part}${TAG}_val_loss.png" > "$out"
+      --plot "$OUT/${part}${TAG}_val_loss.png" > "$out"
   for metric in "$first" "$second"; do  # every pair, Holm over the pairs of each metric
     echo
     "$PY" -m attnlab.compare "$sweep" --by experiment_name --metric "$metric" --all-pairs \
       | grep '^Welch\|^In each line'
   done >> "$out"
   "$PY" -m attnlab.compare "$sweep" --by experiment_name --curve-metric "$curve" \
-      --plot "$HERE/${part}${TAG}_${curve//\//_}.png" > /dev/null
+      --plot "$OUT/${part}${TAG}_${curve//\//_}.png" > /dev/null
   echo "wrote $out and plots (runs: $sweep)"
 }
 

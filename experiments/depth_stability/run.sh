@@ -9,28 +9,28 @@
 #   SWEEP=logs/study_depth/multiruns/<existing> SKIP_TRAIN=1 …/run.sh   # re-tabulate only
 source "$(dirname "$0")/../study.sh"
 SEEDS="${SEEDS:-0,1,2}"
-SWEEP="${SWEEP:-logs/study_depth/multiruns/$STAMP}"
+SWEEP="$(sweep_dir sweep "${SWEEP:-logs/study_depth/multiruns/$STAMP}")"
 
-if [ -z "${SKIP_TRAIN:-}" ]; then
+if measuring; then  # gradients at initialisation: no training, so no raw runs
   "$PY" "$HERE/grad_profile.py" --depths 6 12 24 --seeds 0 1 2 --per-layer \
-    | tee "$HERE/grad_profile_init.md"
+    | tee "$OUT/grad_profile_init.md"
 fi
 [ -n "${PROFILE_ONLY:-}" ] && exit 0
 
 # diverged deep Post-LN runs are an expected outcome
-train_sweep "$SWEEP" experiment=study_depth \
+train_sweep sweep "$SWEEP" experiment=study_depth \
     model.n_layers=6,12,24 model.norm=pre,post,deepnorm seed="$SEEDS" "$@"
 
 BY=(--by model.norm model.n_layers)
 "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --metric test/bleu val/loss test/loss wall_s \
-    --vs-best --plot "$HERE/val_loss.png" > "$HERE/results.md"
+    --vs-best --plot "$OUT/val_loss.png" > "$OUT/results.md"
 {  # every pair on val/loss (36 tests, Holm over all of them): the README reads a subset
   echo
   "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --metric val/loss --all-pairs \
     | grep '^Welch\|^In each line'
-} >> "$HERE/results.md"
+} >> "$OUT/results.md"
 "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --curve-metric train/loss \
-    --plot "$HERE/train_loss.png" > /dev/null
+    --plot "$OUT/train_loss.png" > /dev/null
 "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --curve-metric diag/grad_ratio_last_first \
-    --plot "$HERE/grad_ratio.png" > /dev/null
-echo "wrote $HERE/results.md, val_loss.png, train_loss.png, grad_ratio.png (runs: $SWEEP)"
+    --plot "$OUT/grad_ratio.png" > /dev/null
+echo "wrote $OUT/results.md, val_loss.png, train_loss.png, grad_ratio.png (runs: $SWEEP)"

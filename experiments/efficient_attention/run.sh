@@ -6,49 +6,51 @@
 #         bigbird, linear (linformer has no causal form), 15 runs, then MHA against GQA
 #         (n_kv_heads=2) and MQA (1) on full attention, 6 more runs (MHA = the full runs)
 #   MQAR  multi-query associative recall, 8 pairs behind a gap of 64: the same 5 kinds, 15 runs
-# The two sweeps run side by side, one thread each (≈ 60 min on 2 cores), then cost.py measures
-# memory, step time, KV-cache size and decoding speed side by side in one process.
-# Writes results.md and the plots next to this script.
-#   experiments/efficient_attention/run.sh
-#   SWEEPS=logs/study_efficient SKIP_TRAIN=1 experiments/efficient_attention/run.sh
+# The two sweeps run side by side, one thread each (≈ 60 min on 2 cores); their raw runs are
+# saved to runs/lm, runs/lm_kv and runs/mqar. Then the tables (results.md) and plots, and,
+# when training or with MEASURE=1, cost.py's measurements (cost.md) on this machine.
+#   attnlab-reproduce efficient_attention --train    # this script
+#   attnlab-reproduce efficient_attention --check    # the analysis of the committed runs
 source "$(dirname "$0")/../study.sh"
 SEEDS="${SEEDS:-0,1,2}"
-SWEEPS="${SWEEPS:-logs/study_efficient/$STAMP}"
+BASE="${SWEEP:-logs/study_efficient/$STAMP}"
 KINDS=full,sliding_window,longformer,bigbird,linear
+LM="$(sweep_dir lm "$BASE/lm")" LM_KV="$(sweep_dir lm_kv "$BASE/lm_kv")"
+MQAR="$(sweep_dir mqar "$BASE/mqar")"
 
 lm() {
-  train_sweep "$SWEEPS/lm" experiment=study_efficient_lm seed="$SEEDS" model.attention=$KINDS "$@"
-  train_sweep "$SWEEPS/lm_kv" experiment=study_efficient_lm seed="$SEEDS" model.n_kv_heads=2,1 "$@"
+  train_sweep lm "$LM" experiment=study_efficient_lm seed="$SEEDS" model.attention=$KINDS "$@"
+  train_sweep lm_kv "$LM_KV" experiment=study_efficient_lm seed="$SEEDS" model.n_kv_heads=2,1 "$@"
 }
 mqar() {
-  train_sweep "$SWEEPS/mqar" experiment=study_efficient_mqar seed="$SEEDS" model.attention=$KINDS "$@"
+  train_sweep mqar "$MQAR" experiment=study_efficient_mqar seed="$SEEDS" model.attention=$KINDS "$@"
 }
-OMP_NUM_THREADS=1 lm "$@" > /dev/null & OMP_NUM_THREADS=1 mqar "$@" > /dev/null & wait
+if [ -z "${SKIP_TRAIN:-}" ]; then
+  OMP_NUM_THREADS=1 lm "$@" > /dev/null & OMP_NUM_THREADS=1 mqar "$@" > /dev/null & wait
+fi
 
 {
   echo "## Language model: Tiny Shakespeare, blocks of 1024 characters, 600 steps"
   echo
-  "$PY" -m attnlab.compare "$SWEEPS/lm" --by model.attention --vs-best \
+  "$PY" -m attnlab.compare "$LM" --by model.attention --vs-best \
     --metric val/loss tokens_per_sec params
   echo
   echo "## MQAR: 8 key-value pairs, a gap of 64, 8 queries (96 tokens), 2000 steps"
   echo
-  "$PY" -m attnlab.compare "$SWEEPS/mqar" --by model.attention --vs-best \
+  "$PY" -m attnlab.compare "$MQAR" --by model.attention --vs-best \
     --metric val/acc test/acc val/loss tokens_per_sec
   echo
   echo "## MHA, GQA and MQA on the language model (full attention)"
   echo
   # the MHA runs are the full-attention runs of the first sweep
-  mapfile -t MHA < <(grep -l '"model.attention=full"' "$SWEEPS"/lm/*/summary.json | xargs -n1 dirname)
-  "$PY" -m attnlab.compare "$SWEEPS/lm_kv" "${MHA[@]}" --by model.n_kv_heads --vs-best \
-    --metric val/loss tokens_per_sec params
-  echo
-  echo "## Cost, side by side in one process"
-  echo
-  "$PY" "$HERE/cost.py"
-} > "$HERE/results.md"
-"$PY" -m attnlab.compare "$SWEEPS/lm" --by model.attention --curve-metric val/loss \
-  --plot "$HERE/lm_val_loss.png" > /dev/null
-"$PY" -m attnlab.compare "$SWEEPS/mqar" --by model.attention --curve-metric val/acc \
-  --plot "$HERE/mqar_val_acc.png" > /dev/null
-echo "wrote $HERE/results.md and plots (runs: $SWEEPS)"
+  "$PY" -m attnlab.compare "$LM_KV" "$LM" --filter model.attention=full --by model.n_kv_heads \
+    --vs-best --metric val/loss tokens_per_sec params
+} > "$OUT/results.md"
+"$PY" -m attnlab.compare "$LM" --by model.attention --curve-metric val/loss \
+  --plot "$OUT/lm_val_loss.png" > /dev/null
+"$PY" -m attnlab.compare "$MQAR" --by model.attention --curve-metric val/acc \
+  --plot "$OUT/mqar_val_acc.png" > /dev/null
+if measuring; then
+  { "$PY" -m attnlab.studies --machine; echo; "$PY" "$HERE/cost.py"; } > "$OUT/cost.md"
+fi
+echo "wrote $OUT/results.md and plots (runs: $LM, $LM_KV, $MQAR)"

@@ -7,15 +7,15 @@
 #   SWEEP=logs/study_preln_postln/multiruns/<existing> SKIP_TRAIN=1 …/run.sh   # re-tabulate only
 source "$(dirname "$0")/../study.sh"
 SEEDS="${SEEDS:-0,1,2}"
-SWEEP="${SWEEP:-logs/study_preln_postln/multiruns/$STAMP}"
+SWEEP="$(sweep_dir sweep "${SWEEP:-logs/study_preln_postln/multiruns/$STAMP}")"
 
 # diverged Post-LN runs are an expected outcome here
-train_sweep "$SWEEP" experiment=study_preln_postln \
+train_sweep sweep "$SWEEP" experiment=study_preln_postln \
     model.norm=pre,post optim.warmup_steps=0,500,4000 optim.lr=5e-4,1e-3 seed="$SEEDS" "$@"
 
 BY=(--by model.norm optim.warmup_steps optim.lr)
 "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --metric test/bleu val/bleu val/loss test/loss \
-    --vs-best --plot "$HERE/val_loss.png" > "$HERE/results.md"
+    --vs-best --plot "$OUT/val_loss.png" > "$OUT/results.md"
 {  # the same tests on val/loss; Pre-LN against Post-LN over all six settings
   "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --metric val/loss --vs-best | grep '^Welch'
   echo
@@ -29,9 +29,9 @@ BY=(--by model.norm optim.warmup_steps optim.lr)
     "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --metric test/bleu --vs "$(label "$a")" \
         "$(label "$b")" | grep '^Welch'
   done
-} >> "$HERE/results.md"
+} >> "$OUT/results.md"
 "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --curve-metric train/loss \
-    --plot "$HERE/train_loss.png" > /dev/null
+    --plot "$OUT/train_loss.png" > /dev/null
 "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --curve-metric diag/grad_ratio_last_first \
-    --plot "$HERE/grad_ratio.png" > /dev/null
-echo "wrote $HERE/results.md, val_loss.png, train_loss.png, grad_ratio.png (runs: $SWEEP)"
+    --plot "$OUT/grad_ratio.png" > /dev/null
+echo "wrote $OUT/results.md, val_loss.png, train_loss.png, grad_ratio.png (runs: $SWEEP)"

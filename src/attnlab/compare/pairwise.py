@@ -26,10 +26,14 @@ class WelchResult:
     p: float
     n_a: int
     n_b: int
+    # mean A − mean B and its 95 % confidence interval (Welch–Satterthwaite degrees of freedom)
+    diff: float = math.nan
+    ci: tuple[float, float] = (math.nan, math.nan)
 
 
 def welch(a: Sequence[float], b: Sequence[float]) -> WelchResult:
-    """Welch's t-test (``scipy.stats.ttest_ind(equal_var=False)``); NaN below two per side."""
+    """Welch's t-test (``scipy.stats.ttest_ind(equal_var=False)``) and the 95 % CI of the
+    difference of the means it implies; NaN below two per side."""
     if len(a) < 2 or len(b) < 2:
         return WelchResult(math.nan, math.nan, len(a), len(b))
     from scipy import stats
@@ -37,7 +41,10 @@ def welch(a: Sequence[float], b: Sequence[float]) -> WelchResult:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # zero variance -> NaN, said in the output
         result = stats.ttest_ind(a, b, equal_var=False)
-    return WelchResult(float(result.statistic), float(result.pvalue), len(a), len(b))
+        interval = result.confidence_interval(1 - ALPHA)
+    diff = float(np.mean(a) - np.mean(b))
+    ci = (float(interval.low), float(interval.high))
+    return WelchResult(float(result.statistic), float(result.pvalue), len(a), len(b), diff, ci)
 
 
 def holm(p_values: Sequence[float]) -> list[float]:

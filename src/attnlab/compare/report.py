@@ -251,6 +251,9 @@ def format_comparison(comparison: Comparison) -> str:
         if not math.isnan(c.hedges_g):
             line += f"; Hedges' g={c.hedges_g:.3g}"
         line += f"; P(A better)={c.p_better:.2g}"
+    if not math.isnan(c.welch.ci[0]):
+        low, high = c.welch.ci
+        line += f"; A − B = {c.welch.diff:.3g}, 95% CI [{low:.3g}, {high:.3g}]"
     if not math.isnan(c.welch.p) and not c.significant:
         seeds = f"~{c.seeds_needed}" if c.seeds_needed is not None else f"> {MAX_SEEDS}"
         line += (
@@ -268,6 +271,7 @@ def comparison_legend(comparisons: Sequence[Comparison]) -> str:
     legend += (
         "Hedges' g: (mean A − mean B) / pooled SD, small-sample corrected; "
         "P(A better): share of run pairs where A's run is better, ties ½; "
+        "A − B: the difference of the means, with Welch's 95% CI (not Holm-adjusted); "
         "seeds: runs per group for which Welch's test would reach power "
         f"{POWER:g} at α={ALPHA:g} if the observed means and SDs held."
     )

@@ -1,0 +1,135 @@
+"""attnlab-reproduce: the analysis of every study with committed raw runs reproduces its
+tables and plots; the tolerance, the saving of raw runs and the refusals."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from attnlab import studies
+from attnlab.callbacks.summary import write_summary
+from conftest import REPO_ROOT
+
+EXPERIMENTS = REPO_ROOT / "experiments"
+WITH_RUNS = [p.parent.name for p in sorted(EXPERIMENTS.glob(f"*/{studies.RUNS}"))]
+
+
+@pytest.mark.parametrize("study", WITH_RUNS)
+def test_the_analysis_of_the_committed_runs_reproduces_the_study(
+    study: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(REPO_ROOT)
+    assert studies.main([study, "--check"]) == 0, capsys.readouterr().out
+    provenance = json.loads(next((EXPERIMENTS / study / "runs").glob("*/provenance.json")).read_text())
+    assert {"attnlab_git_sha", "torch", "cpu", "gpu", "torch_threads"} <= set(provenance)
+
+
+def test_numbers_agree_within_one_unit_of_their_last_digit() -> None:
+    table = "| full | **2.010 ± 0.022** | [1.996, 2.034] | p = 0.0006 | 104,640 | 1.2e-05 |"
+    assert studies.table_differences(table, table) == []
+    close = "| full  | **2.011 ± 0.021** | [1.997, 2.034] | p = 0.0005 | 104,640 | 1.3e-05 |"
+    assert studies.table_differences(table, close) == []  # spacing too
+    far = "| full | **2.012 ± 0.022** | [1.996, 2.034] | p = 0.0006 | 104,641 | 1.2e-05 |"
+    assert studies.table_differences(table, far) == ["2.010 vs 2.012", "640 vs 641"]
+    renamed = table.replace("full", "linear")
+    assert studies.table_differences(table, renamed)[0].startswith("text differs")
+
+
+def test_a_changed_curve_is_a_different_plot(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def plot(name: str, ys: list[float]) -> Path:
+        fig, ax = plt.subplots(figsize=(4, 3))
+        ax.plot([0, 1, 2, 3], ys)
+        fig.savefig(tmp_path / name)
+        plt.close(fig)
+        return tmp_path / name
+
+    a, again = plot("a.png", [1, 2, 1.5, 3]), plot("b.png", [1, 2, 1.5, 3])
+    changed = plot("c.png", [1, 2.5, 1.0, 3])
+    assert studies.image_differences(a, again) == []
+    assert studies.image_differences(a, changed)[0].endswith("of the pixels differ")
+
+
+def fake_sweep(root: Path) -> Path:
+    """Two groups of two runs as attnlab-train writes them, a checkpoint beside each."""
+    for job, (kind, loss) in enumerate([("full", 2.0), ("full", 2.1), ("linear", 2.4), ("linear", 2.5)]):
+        run = root / str(job)
+        write_summary(
+            run, status="completed", overrides=[f"model.attention={kind}", f"seed={job}"],
+            config={"model": {"attention": kind}, "seed": job}, metrics={"val/loss": loss},
+            task="lm",
+        )  # fmt: skip
+        (run / "metrics.csv").write_text(f"step,val/loss\n10,{loss + 1}\n20,{loss}\n")
+        (run / "checkpoints").mkdir()
+        (run / "checkpoints" / "last.ckpt").write_bytes(b"not copied")
+    return root
+
+
+def test_saving_runs_keeps_summaries_and_curves_and_records_the_machine(tmp_path: Path) -> None:
+    dest = tmp_path / "study" / "runs" / "lm"
+    dest.mkdir(parents=True)
+    (dest / "stale.json").write_text("{}")
+    assert studies.save_runs(fake_sweep(tmp_path / "sweep"), dest) == 4
+    kept = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
+    assert kept == [f"{j}/{f}" for j in range(4) for f in ("metrics.csv", "summary.json")] + [
+        "provenance.json"
+    ]
+    provenance = json.loads((dest / "provenance.json").read_text())
+    assert provenance["torch"] and provenance["cpu_count"] and "gpu" in provenance
+
+
+def mini_study(root: Path) -> Path:
+    """An experiments/ folder with study.sh and one study whose analysis is one table."""
+    (root / "experiments").mkdir()
+    shutil.copy(EXPERIMENTS / "study.sh", root / "experiments" / "study.sh")
+    folder = root / "experiments" / "mini"
+    folder.mkdir()
+    (folder / "run.sh").write_text(
+        'source "$(dirname "$0")/../study.sh"\n'
+        'LM="$(sweep_dir lm logs/mini)"\n'
+        'train_sweep lm "$LM" experiment=none\n'
+        '"$PY" -m attnlab.compare "$LM" --by model.attention --metric val/loss > "$OUT/results.md"\n'
+    )
+    studies.save_runs(fake_sweep(root / "sweep"), folder / "runs" / "lm")
+    return folder
+
+
+def test_check_regenerates_and_finds_a_changed_number(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = mini_study(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert studies.main(["mini"]) == 0  # the analysis, written into the study's folder
+    table = (folder / "results.md").read_text()
+    assert "full" in table and "linear" in table and "2.05 ± 0.07071" in table
+    assert studies.main(["mini", "--check"]) == 0
+    assert "mini: 1 of 1 files reproduce (results.md)" in capsys.readouterr().out
+    (folder / "results.md").write_text(table.replace("2.05 ±", "2.07 ±"))
+    assert studies.main(["mini", "--check"]) == 1
+    assert "mini/results.md: 2.07 vs 2.05" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["no_such_study", "--check"], "no study 'no_such_study'"),
+        (["mini", "--check"], "mini has no committed raw runs"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    argv: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    folder = mini_study(tmp_path)
+    shutil.rmtree(folder / "runs")
+    monkeypatch.chdir(tmp_path)
+    assert studies.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and message in err and "\n" not in err
