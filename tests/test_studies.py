@@ -23,7 +23,8 @@ def test_the_analysis_of_the_committed_runs_reproduces_the_study(
 ) -> None:
     monkeypatch.chdir(REPO_ROOT)
     assert studies.main([study, "--check"]) == 0, capsys.readouterr().out
-    provenance = json.loads(next((EXPERIMENTS / study / "runs").glob("*/provenance.json")).read_text())
+    record = next((EXPERIMENTS / study / "runs").glob("*/provenance.json"))
+    provenance = json.loads(record.read_text())
     assert {"attnlab_git_sha", "torch", "cpu", "gpu", "torch_threads"} <= set(provenance)
 
 
@@ -59,7 +60,8 @@ def test_a_changed_curve_is_a_different_plot(tmp_path: Path) -> None:
 
 def fake_sweep(root: Path) -> Path:
     """Two groups of two runs as attnlab-train writes them, a checkpoint beside each."""
-    for job, (kind, loss) in enumerate([("full", 2.0), ("full", 2.1), ("linear", 2.4), ("linear", 2.5)]):
+    runs = [("full", 2.0), ("full", 2.1), ("linear", 2.4), ("linear", 2.5)]
+    for job, (kind, loss) in enumerate(runs):
         run = root / str(job)
         write_summary(
             run, status="completed", overrides=[f"model.attention={kind}", f"seed={job}"],
@@ -95,7 +97,8 @@ def mini_study(root: Path) -> Path:
         'source "$(dirname "$0")/../study.sh"\n'
         'LM="$(sweep_dir lm logs/mini)"\n'
         'train_sweep lm "$LM" experiment=none\n'
-        '"$PY" -m attnlab.compare "$LM" --by model.attention --metric val/loss > "$OUT/results.md"\n'
+        '"$PY" -m attnlab.compare "$LM" --by model.attention --metric val/loss \\\n'
+        '  > "$OUT/results.md"\n'
     )
     studies.save_runs(fake_sweep(root / "sweep"), folder / "runs" / "lm")
     return folder

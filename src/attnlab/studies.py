@@ -122,7 +122,8 @@ def machine_line() -> str:
     """One line naming what a measurement ran on."""
     p = provenance([_head_sha()])
     gpu = p["gpu"] or "no GPU"
-    threads = f"OMP_NUM_THREADS={p['omp_num_threads'] or 'unset'}, torch threads {p['torch_threads']}"
+    omp = p["omp_num_threads"] or "unset"
+    threads = f"OMP_NUM_THREADS={omp}, torch threads {p['torch_threads']}"
     return (
         f"Measured on {p['cpu']} ({p['cpu_count']} CPUs), {gpu}; torch {p['torch']}, "
         f"{threads}; attnlab {p['attnlab_git_sha'][0]}, {p['saved'][:10]}."
@@ -284,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
                 root = studies_root()
                 for name in studies(root):
                     raw = (root / name / RUNS).is_dir()
-                    print(f"{name}: {'raw runs committed' if raw else 'no raw runs (needs --train)'}")
+                    state = "raw runs committed" if raw else "no raw runs (needs --train)"
+                    print(f"{name}: {state}")
                 return 0
             folder = study_folder(args.study)
             if args.check:

@@ -67,11 +67,14 @@ class RunRecord:
         from hydra.types import RunMode
         from omegaconf import OmegaConf
 
+        from attnlab.callbacks.summary import git_sha
+
         self.hydra_cfg = hydra_cfg
         self.run_dir = Path(hydra_cfg.runtime.output_dir)
         self.multirun = hydra_cfg.mode == RunMode.MULTIRUN
         self.overrides = list(hydra_cfg.overrides.task)
         self.started = time.perf_counter()
+        self.git_sha = git_sha()  # the code that runs, not the checkout when it ends
         self.result: dict[str, Any] = {"status": "failed", "error": None, "metrics": {}}
         self.outcome = Outcome()  # the callbacks that end a run early report here
         self.quiet = False  # side-by-side sweep jobs: one line each
@@ -142,7 +145,7 @@ class RunRecord:
                 task=result.get("task"), params=result.get("params"),
                 tokens_per_sec=result.get("tokens_per_sec"), tokens=result.get("tokens"),
                 flops=result.get("flops"), startup_s=result.get("startup_s"),
-                wall_s=round(time.perf_counter() - self.started, 3),
+                wall_s=round(time.perf_counter() - self.started, 3), git_sha=self.git_sha,
                 **{k: result[k] for k in ("stopped_at_step", "bleu_signature") if k in result},
             )  # fmt: skip
         except OSError as exc:  # a full or read-only disk: say so, keep the original error
