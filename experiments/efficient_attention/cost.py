@@ -70,13 +70,14 @@ def training_cost(shape: dict[str, Any], threads: int | None) -> None:
 
 
 def cache_bytes(state: Any) -> int:
-    """Bytes of the keys and values a decoding state keeps (the filled part)."""
-    return sum(
-        layer[name].numel() * layer[name].element_size()
-        for layer in state.cache.layers
-        for name in ("k", "v")
-        if name in layer
-    )
+    """Bytes of the keys and values the decoding cache of ``state`` holds (each layer's
+    self-attention ``Past``)."""
+    total = 0
+    for layer in state.cache.layers:
+        past = layer.self_attn.past
+        if past is not None:
+            total += sum(t.numel() * t.element_size() for t in (past.k, past.v))
+    return total
 
 
 def decoding_cost(
@@ -85,6 +86,7 @@ def decoding_cost(
 ) -> None:  # fmt: skip
     import torch
 
+    from attnlab.inference.decoding import start_decoding
     from attnlab.models import ModelConfig, build_model
 
     models = {}
@@ -99,7 +101,7 @@ def decoding_cost(
     per_token: dict[int, float] = {}
 
     def decode(n_kv: int) -> float:
-        state = models[n_kv].start_decoding(prompt, use_cache=True)
+        state = start_decoding(models[n_kv], prompt, use_cache=True)
         logits = state.logits()  # the prompt, not timed
         per_token[n_kv] = cache_bytes(state) / (batch * prompt_len)
         start = time.perf_counter()
