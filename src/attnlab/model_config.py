@@ -22,6 +22,7 @@ TIE_OPTIONS = {True: "all", False: "none", "all": "all", "none": "none", "output
 BLOCKS = ("sequential", "parallel")
 CELLS = ("lstm", "gru", "rnn")  # model=rnn: torch.nn.LSTM / GRU / RNN (tanh)
 RNN_ATTENTIONS = ("bahdanau", "luong_dot", "luong_general", "none")
+PARAMETRIZATIONS = ("sp", "mup")  # model.param
 
 Rule = Callable[[str, Any], None]  # (key, value): raise ConfigError naming both
 
@@ -124,6 +125,10 @@ class ModelConfig:
     # model=conv: ConvS2S (Gehring et al. 2017) and the gated convolutional LM
     kernel_size: int = rule(3, positive)  # k: each convolution's width
     conv_channels: int | None = rule(None, positive_or_null)  # the blocks' width; None: d_model
+    # the parametrisation (attnlab.models.parametrization): sp, or μP (Yang et al. 2022)
+    # relative to the model at d_model = mup_base_width
+    param: str = rule("sp", one_of(*PARAMETRIZATIONS))
+    mup_base_width: int = rule(64, positive)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ModelConfig:

@@ -151,6 +151,9 @@ class Architecture(nn.Module):
             )
         if cls.causal_attention and not kind.causal_ok:
             raise ConfigError(kind.causal_error)
+        from attnlab.models.parametrization import check as check_parametrization
+
+        check_parametrization(cfg, transformer_stacks=cls.attention_heads)
         pools = cls.feeding.pools
         if cfg.pool is not None and cfg.pool not in pools:
             name = cfg.name

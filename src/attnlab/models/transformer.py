@@ -21,6 +21,7 @@ from attnlab.model_config import ModelConfig
 from attnlab.models.flops import output_flops, transformer_flops
 from attnlab.models.initialization import initialize
 from attnlab.models.interface import ARCHITECTURES, Architecture, Feeding
+from attnlab.models.parametrization import Readout, apply_mup
 from attnlab.models.stack import TokenEmbedding, TransformerStack
 from attnlab.nn.norms import RESIDUALS, StackDepth
 from attnlab.special_tokens import BOS, PAD
@@ -32,7 +33,7 @@ class TransformerModel(Architecture):
     def __init__(self, cfg: ModelConfig, task: str = "lm") -> None:
         super().__init__(cfg, task)
         self.embedding = TokenEmbedding(cfg.vocab_size, cfg.d_model, cfg.scale_embeddings)
-        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head = Readout(cfg.d_model, cfg.vocab_size, bias=False)
 
     def _finish(self, n_layers: int, depths: dict[str, StackDepth]) -> None:
         """Initialise (``model.init``, then the residual scheme's own step per stack) and tie."""
@@ -227,10 +228,13 @@ class EncoderDecoder(TransformerModel):
 
 def build_model(cfg: ModelConfig, task: str | None = None) -> Architecture:
     """Instantiate the architecture named by ``cfg.name`` for data of kind ``task``
-    (default: the first task its feeding serves)."""
+    (default: the first task its feeding serves), in the parametrisation ``cfg.param``."""
     cls = ARCHITECTURES.get(cfg.name)
     if task is None:
         from attnlab.models.interface import TASK_KINDS
 
         task = next(t for t in TASK_KINDS if cls.feeding.serves(t))
-    return cls(cfg, task)
+    model = cls(cfg, task)
+    if cfg.param == "mup":
+        apply_mup(model, cfg)
+    return model

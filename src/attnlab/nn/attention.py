@@ -118,6 +118,9 @@ class MultiHeadAttention(nn.Module):
         self.rotates_inside = bool(getattr(kind, "rotates_features", False))
         self.kernel: Kernel = choose_kernel(impl, kind)
         self._chosen = self.kernel
+        # queries × this before the kernel's 1/√d_head: μP's 1/d_head logits
+        # (attnlab.models.parametrization); 1 under SP
+        self.query_scale = 1.0
 
     @property
     def record_weights(self) -> bool:
@@ -198,6 +201,8 @@ class MultiHeadAttention(nn.Module):
                 k, v = (self._heads(t) for t in kv)
                 k = self._normed(k, self.k_norm, v.dtype)
                 past = Past(k, v) if cache is None else cache.update(k, v, inputs)
+        if self.query_scale != 1.0:
+            q = q * self.query_scale
         out = self.kernel(q, past, inputs, self.dropout if self.training else 0.0)
         B, H, T, Dh = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(B, T, H * Dh))

@@ -18,6 +18,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from attnlab.errors import ConfigError
 from attnlab.inference.generation import DecodeConfig
 from attnlab.models import Architecture, ModelConfig, build_model
+from attnlab.models.parametrization import lr_multipliers
 from attnlab.options import SCHEDULES, OptimConfig, TaskConfig
 
 __all__ = ["SCHEDULES", "OptimConfig", "TaskConfig", "Task", "lr_multiplier"]
@@ -64,6 +65,31 @@ def _no_decay(name: str) -> bool:
         or "embedding" in name or "positions" in name
         or any(part.endswith("norm") for part in path)
     )  # fmt: skip
+
+
+def param_groups(
+    named: Any, cfg: OptimConfig, multipliers: dict[str, float]
+) -> list[dict[str, Any]]:
+    """AdamW's parameter groups: weight-decayed or not (:func:`_no_decay`) and, under μP,
+    one group per learning-rate multiplier (hidden weights: lr/m with decay λ·m, as
+    ``mup.MuAdamW``; :mod:`attnlab.models.parametrization`). Under SP: the two groups."""
+    groups: dict[tuple[bool, float], list[Tensor]] = {(True, 1.0): [], (False, 1.0): []}
+    multipliers = {_WRAPPERS.sub("", k): m for k, m in multipliers.items()}
+    for name, param in named:
+        if param.requires_grad:
+            key = _WRAPPERS.sub("", name)
+            mult = multipliers.get(key, 1.0)
+            groups.setdefault((not _no_decay(name), mult), []).append(param)
+    out = []
+    for (decayed, mult), params in groups.items():
+        if not params and mult != 1.0:
+            continue
+        decay = cfg.weight_decay * (1.0 / mult if mult != 1.0 else 1.0) if decayed else 0.0
+        group: dict[str, Any] = {"params": params, "weight_decay": decay}
+        if mult != 1.0:
+            group["lr"] = cfg.lr * mult
+        out.append(group)
+    return out
 
 
 def is_fsdp(module: Any) -> bool:
@@ -136,19 +162,13 @@ class Task(L.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         cfg = self.optim_cfg
-        decay, no_decay = [], []
-        for name, param in self.named_parameters():
-            if param.requires_grad:
-                (no_decay if _no_decay(name) else decay).append(param)
+        groups = param_groups(self.named_parameters(), cfg, lr_multipliers(self))
         optimizer = torch.optim.AdamW(
-            [
-                {"params": decay, "weight_decay": cfg.weight_decay},
-                {"params": no_decay, "weight_decay": 0.0},
-            ],
+            groups,
             lr=cfg.lr,
             betas=cfg.betas,
             eps=cfg.eps,
-            fused=self._fused(decay + no_decay),
+            fused=self._fused([p for group in groups for p in group["params"]]),
         )
         total = cfg.decay_steps or self._total_steps()
         d_model = self.model_cfg.d_model

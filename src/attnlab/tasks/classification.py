@@ -22,6 +22,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from attnlab.errors import ConfigError
+from attnlab.models.parametrization import readout
 from attnlab.tasks.base import Task
 
 
@@ -37,7 +38,7 @@ class ClassificationTask(Task):
             raise ConfigError("classification needs at least 2 classes; check data labels")
         n = int(self.hparams.num_classes)
         self.head = nn.Sequential(
-            nn.Dropout(self.model_cfg.dropout), nn.Linear(self.model_cfg.d_model, n)
+            nn.Dropout(self.model_cfg.dropout), readout(self.model_cfg, self.model_cfg.d_model, n)
         )
         for stage in ("val", "test"):
             setattr(self, f"{stage}_loss", MeanMetric())
