@@ -134,6 +134,30 @@ def build_parser() -> argparse.ArgumentParser:
         default="md",
         help="table: md, csv, latex (booktabs tabular) or json (default: md)",
     )
+    p.add_argument(
+        "--fit",
+        nargs="?",
+        const="frontier",
+        choices=("frontier", "nd"),
+        help="scaling fit per group of the first metric: frontier (default; L(C) = E + "
+        "A·C^-α on the lower envelope of the curves against FLOPs) or nd (L(N, D) = E + "
+        "A/N^α + B/D^β on final values of a size × tokens grid); bootstrap CIs; with "
+        "--plot, the log-log plot of the fits",
+    )
+    p.add_argument(
+        "--multiplier",
+        nargs=2,
+        metavar=("A", "B"),
+        help="with --fit: the compute multiplier of group B against group A (> 1: B needs "
+        "less compute for the same loss), with its CI",
+    )
+    p.add_argument(
+        "--target-loss",
+        type=float,
+        metavar="L",
+        help="with --multiplier: the loss at which to compare (default: A's fitted loss at "
+        "the largest FLOPs both groups measured)",
+    )
     p.add_argument("--wandb", metavar="ENTITY/PROJECT", help="read runs from W&B instead")
     p.add_argument("--group", metavar="G", help="W&B run group to read (with --wandb)")
     p.add_argument(
@@ -272,7 +296,17 @@ def run(argv: Sequence[str] | None = None) -> None:
     labels = metric_labels(runs, metrics)
     table = format_table(rows, list(groups[0].settings), metrics, args.format, labels)
     lines = _welch_lines(groups, rows, metrics[0], args) if metrics else []
-    if args.plot:  # before printing, so a mistake never leaves half an answer
+    if (args.multiplier or args.target_loss is not None) and not args.fit:
+        raise UserError("--multiplier and --target-loss read scaling fits; add --fit")
+    if args.fit:  # before printing, so a mistake never leaves half an answer
+        from .scaling import report as scaling_report
+
+        if not metrics:
+            raise UserError("--fit needs a metric but no run reports one; check the runs")
+        fitted = scaling_report(groups, metrics[0], args.fit, args.multiplier,
+                                args.target_loss, args.plot)  # fmt: skip
+        lines = [*lines, *([""] if lines else []), *fitted]
+    elif args.plot:
         plot_curves(groups, args.curve_metric, args.plot, args.x)
     warning = _few_runs_warning(groups, metrics[0]) if metrics else None
     if warning:

@@ -1,0 +1,191 @@
+"""attnlab-compare --fit / --multiplier: known laws recovered from synthetic runs within
+their CIs, the guards (too few points, extrapolation, crossing frontiers), a real size sweep."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnlab.compare import cli as compare_cli
+from attnlab.compare.grouping import group_runs
+from attnlab.compare.runs import load_runs
+from attnlab.compare.scaling import fit_group, frontier_law
+from cli_runs import run
+
+E, A, ALPHA = 1.5, 50.0, 0.15  # L(C) = E + A·C^-α: 3.1 at 1e10 FLOPs, 1.9 at 1e14
+SIZES = (1e5, 4e5, 1.6e6, 6.4e6)
+# size i is on the frontier between EDGES[i] and EDGES[i + 1] FLOPs
+EDGES = np.geomspace(1e10, 1e14, len(SIZES) + 1)
+
+
+def law(c: np.ndarray, shift: float = 1.0) -> np.ndarray:
+    """The frontier of a variant that needs ``shift``× less compute than the baseline."""
+    return E + A * (c * shift) ** -ALPHA
+
+
+def write_run(root: Path, name: str, variant: str, size_index: int, seed: int,
+              shift: float = 1.0, noise: float = 0.004) -> None:  # fmt: skip
+    """A run whose curve is the law inside its own window and above it outside (a larger
+    model is inefficient early, a smaller one saturates late)."""
+    lo, hi = EDGES[size_index], EDGES[size_index + 1]
+    first, last = size_index == 0, size_index == len(SIZES) - 1
+    c = np.geomspace(lo if first else lo / 4, hi if last else hi * 4, 40)
+    excess = 0.15 * (np.log(np.maximum(lo / c, 1)) + np.log(np.maximum(c / hi, 1)))
+    rng = np.random.default_rng(1000 * size_index + seed + (7 if variant == "b" else 0))
+    loss = law(c, shift) * (1 + excess) * math.exp(noise * rng.standard_normal())
+    out = root / name
+    out.mkdir(parents=True)
+    summary = {"status": "completed", "overrides": [f"model.ffn={variant}", f"seed={seed}",
+               f"model.d_model={size_index}"], "task": "lm",
+               "config": {"model": {"ffn": variant, "d_model": size_index}, "seed": seed},
+               "metrics": {"val/loss": float(loss[-1])}, "params": SIZES[size_index],
+               "tokens": float(c[-1] / (6 * SIZES[size_index]))}  # fmt: skip
+    (out / "summary.json").write_text(json.dumps(summary))
+    with open(out / "metrics.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["step", "perf/flops", "val/loss"])
+        for step, (flops, value) in enumerate(zip(c, loss, strict=True)):
+            writer.writerow([step * 10, flops, value])
+
+
+def synthetic(root: Path, seeds: int = 3, shift_b: float | None = None) -> Path:
+    for variant, shift in (("a", 1.0), ("b", shift_b)):
+        if shift is None:
+            continue
+        for i in range(len(SIZES)):
+            for seed in range(seeds):
+                write_run(root, f"{variant}_{i}_{seed}", variant, i, seed, shift)
+    return root
+
+
+def test_the_frontier_fit_recovers_a_known_law_within_its_cis(tmp_path: Path) -> None:
+    (group,) = group_runs(load_runs([str(synthetic(tmp_path))]), ["model.ffn"])
+    fit = fit_group(group, "val/loss", "frontier")
+    truth = {"E": E, "A": math.log(A), "α": ALPHA}
+    for i, name in enumerate(fit.names):
+        lo, hi = fit.interval(i)
+        assert lo <= truth[name] <= hi, (name, lo, truth[name], hi)
+        assert hi - lo < {"E": 0.3, "A": 2.0, "α": 0.1}[name], (name, lo, hi)
+    assert fit.bootstrap.startswith("seeds resampled") and fit.distinct == 10**4
+    c = np.geomspace(1e10, 1e14, 5)
+    np.testing.assert_allclose(frontier_law(c, *fit.params), law(c), rtol=0.01)
+
+
+def test_the_multiplier_of_a_variant_is_recovered_with_its_ci(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    synthetic(tmp_path, shift_b=2.0)  # b needs half the compute of a for every loss
+    plot = tmp_path / "fit.png"
+    code = compare_cli.main([str(tmp_path), "--by", "model.ffn", "--metric", "val/loss", "--fit",
+                             "--multiplier", "a", "b", "--plot", str(plot)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    line = next(x for x in out.splitlines() if x.startswith("Compute multiplier"))
+    k, lo, hi = (float(v) for v in re.search(r": ([\d.]+)× \[([\d.]+), ([\d.]+)\]", line).groups())
+    assert lo <= 2.0 <= hi and lo <= k <= hi and hi / lo < 2, line
+    assert "EXTRAPOLATED" not in line
+    assert "do not cross inside the range (model.ffn=b is lower throughout)" in out
+    assert plot.stat().st_size > 10_000
+
+
+def test_a_target_beyond_the_measured_range_is_flagged(tmp_path: Path, capsys) -> None:
+    synthetic(tmp_path, shift_b=2.0)
+    args = [str(tmp_path), "--by", "model.ffn", "--metric", "val/loss", "--fit", "--multiplier",
+            "a", "b", "--target-loss", "1.6"]  # fmt: skip
+    assert compare_cli.main(args) == 0
+    assert "EXTRAPOLATED beyond the measured FLOPs of model.ffn=a, model.ffn=b" in (
+        capsys.readouterr().out
+    )
+
+
+def test_crossing_frontiers_are_reported(tmp_path: Path, capsys) -> None:
+    synthetic(tmp_path)
+    for i in range(len(SIZES)):  # b: better at small budgets, worse at large (a lower slope)
+        for seed in range(3):
+            lo, hi = EDGES[i], EDGES[i + 1]
+            write_run(tmp_path, f"b_{i}_{seed}", "b", i, seed, shift=1.0)
+            path = tmp_path / f"b_{i}_{seed}" / "metrics.csv"
+            rows = list(csv.reader(open(path)))
+            for row in rows[1:]:
+                c = float(row[1])
+                # b's frontier 2 + 8·C^-0.1: below a's at 1e10 FLOPs, above it at 1e14
+                row[2] = str(float(row[2]) - law(np.array([c]))[0] + 2.0 + 8 * c**-0.1)
+            csv.writer(open(path, "w", newline="")).writerows(rows)
+            del lo, hi
+    assert compare_cli.main([str(tmp_path), "--by", "model.ffn", "--metric", "val/loss",
+                             "--fit", "--multiplier", "a", "b"]) == 0  # fmt: skip
+    assert "the frontiers cross inside the range" in capsys.readouterr().out
+
+
+def test_one_seed_per_size_bootstraps_residuals_and_says_so(tmp_path: Path) -> None:
+    (group,) = group_runs(load_runs([str(synthetic(tmp_path, seeds=1))]), ["model.ffn"])
+    fit = fit_group(group, "val/loss", "frontier")
+    assert fit.bootstrap.startswith("residuals resampled")
+    assert fit.distinct > 1e6
+
+
+def test_too_few_sizes_for_the_law_is_one_line(tmp_path: Path, capsys) -> None:
+    write_run(tmp_path, "only", "a", 1, 0)
+    assert compare_cli.main([str(tmp_path), "--metric", "val/loss", "--fit"]) == 2
+    err = capsys.readouterr().err
+    assert "has 1 model size(s)" in err and "needs 2 sizes or more" in err
+    assert err.count("\n") == 1
+    assert compare_cli.main([str(tmp_path), "--multiplier", "a", "b"]) == 2
+    assert "add --fit" in capsys.readouterr().err
+
+
+def test_the_nd_fit_recovers_a_known_two_variable_law(tmp_path: Path, capsys) -> None:
+    e, a, alpha, b, beta = 1.7, 400.0, 0.34, 900.0, 0.28
+    rng = np.random.default_rng(0)
+    for n in (1e5, 1e6, 1e7):
+        for d in (1e6, 1e7, 1e8, 1e9):
+            for seed in range(3):
+                loss = (e + a * n**-alpha + b * d**-beta) * math.exp(0.002 * rng.standard_normal())
+                out = tmp_path / f"{n:g}_{d:g}_{seed}"
+                out.mkdir()
+                (out / "summary.json").write_text(json.dumps({
+                    "status": "completed", "overrides": [f"seed={seed}"], "task": "lm",
+                    "config": {"seed": seed}, "metrics": {"val/loss": loss}, "params": n,
+                    "tokens": d}))  # fmt: skip
+    (group,) = group_runs(load_runs([str(tmp_path)]), None)
+    fit = fit_group(group, "val/loss", "nd")
+    truth = [e, math.log(a), alpha, math.log(b), beta]
+    for i, value in enumerate(truth):
+        lo, hi = fit.interval(i)
+        assert lo <= value <= hi, (fit.names[i], lo, value, hi)
+    assert compare_cli.main([str(tmp_path), "--metric", "val/loss", "--fit", "nd"]) == 0
+    assert "L(N, D) = E + A/N^α + B/D^β" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def size_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("sizes") / "sweep"
+    result = run("train", "-m", "model=decoder_only", "model.d_model=8,16,32", "seed=0,1",
+                 "data=associative_recall", "data.n_pairs=4", "data.n_queries=2",
+                 "data.train_size=512", "data.val_size=32", "data.test_size=32",
+                 "data.batch_size=16", "model.n_heads=2", "model.n_layers=1",
+                 "trainer.max_epochs=-1", "trainer.max_steps=40", "trainer.val_check_interval=5",
+                 "trainer.log_every_n_steps=5", "trainer.enable_progress_bar=false", "test=false",
+                 f"hydra.sweep.dir={out}", timeout=900)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+@pytest.mark.slow
+def test_a_real_size_sweep_is_fitted_from_its_logged_flops(size_sweep: Path, capsys) -> None:
+    runs = load_runs([str(size_sweep)])
+    assert len({r.metrics["params"] for r in runs}) == 3
+    (group,) = group_runs(runs, ["model"])
+    fit = fit_group(group, "val/loss", "frontier")
+    assert len(fit.x) >= 4 and np.all(np.isfinite(fit.params))
+    flops = [r.metrics.get("flops") for r in runs]
+    assert fit.x.max() <= max(flops) * 1.0001  # the frontier stays within the logged FLOPs
+    assert compare_cli.main([str(size_sweep), "--by", "model", "--metric", "val/loss",
+                             "--fit"]) == 0  # fmt: skip
+    assert "Scaling fit L(C) = E + A·C^(−α)" in capsys.readouterr().out
