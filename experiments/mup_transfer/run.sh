@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# μP learning-rate transfer (Yang et al. 2022, "Tensor Programs V", Fig. 1): a 2-layer decoder
+# on Tiny Shakespeare (characters) at widths 32, 64, 128, 256 and learning rates 2^-11 … 2^-4,
+# under SP and under μP (base width 32), one seed: 64 runs of 400 steps, as two sweeps per
+# parametrisation (2^-11 … 2^-6, then 2^-5 and 2^-4, where μP's optimum lies). The two
+# parametrisations train side by side, one thread each (≈ 45 min on 2 cores); their raw runs
+# are saved to runs/{sp,mup}{,_high}. Then transfer.md (final validation loss per width and
+# learning rate, the best learning rate per width and its drift) and transfer.png.
+#   attnlab-reproduce mup_transfer --train    # this script
+#   attnlab-reproduce mup_transfer --check    # the analysis of the committed runs
+source "$(dirname "$0")/../study.sh"
+BASE="${SWEEP:-logs/study_mup_transfer/$STAMP}"
+WIDTHS=32,64,128,256
+LRS=0.000488,0.000977,0.00195,0.00391,0.00781,0.0156
+LRS_HIGH=0.0313,0.0625
+SP="$(sweep_dir sp "$BASE/sp")" MUP="$(sweep_dir mup "$BASE/mup")"
+SP_HIGH="$(sweep_dir sp_high "$BASE/sp_high")" MUP_HIGH="$(sweep_dir mup_high "$BASE/mup_high")"
+
+grid() {  # PARAM NAME SWEEP LRS [OVERRIDE...]
+  train_sweep "$2" "$3" experiment=study_mup_transfer model.param="$1" \
+    model.d_model="$WIDTHS" optim.lr="$4" "${@:5}"
+}
+both() {  # PARAM SWEEP HIGH_SWEEP [OVERRIDE...]
+  grid "$1" "$1" "$2" "$LRS" "${@:4}"
+  grid "$1" "$1_high" "$3" "$LRS_HIGH" "${@:4}"
+}
+if [ -z "${SKIP_TRAIN:-}" ]; then
+  OMP_NUM_THREADS=1 both sp "$SP" "$SP_HIGH" "$@" > /dev/null &
+  OMP_NUM_THREADS=1 both mup "$MUP" "$MUP_HIGH" "$@" > /dev/null &
+  wait
+fi
+
+"$PY" "$HERE/transfer.py" --sp "$SP" "$SP_HIGH" --mup "$MUP" "$MUP_HIGH" --out "$OUT"
+# μP's coordinate check at widths 64 … 1024 on the same text (a few minutes; with --train or
+# --measure): mean |activation| per layer type after each of 4 Adam steps, SP and μP
+if measuring; then
+  TEXT="$("$PY" -c 'from attnlab.data.paths import data_root; print(data_root())')/tinyshakespeare/input.txt"
+  "$PY" -m attnlab.coord_check --text "$TEXT" \
+    --widths 64 128 256 512 1024 --steps 4 --seeds 2 --lr 0.01 --out "$OUT/coord_check" \
+    model.n_layers=2 model.pos=rope model.ffn=gelu model.init=gpt2 model.scale_embeddings=false \
+    model.mup_base_width=64
+fi
