@@ -189,3 +189,11 @@ def test_a_real_size_sweep_is_fitted_from_its_logged_flops(size_sweep: Path, cap
     assert compare_cli.main([str(size_sweep), "--by", "model", "--metric", "val/loss",
                              "--fit"]) == 0  # fmt: skip
     assert "Scaling fit L(C) = E + A·C^(−α)" in capsys.readouterr().out
+
+
+def test_a_target_below_a_fitted_floor_is_one_line(tmp_path: Path, capsys) -> None:
+    synthetic(tmp_path, shift_b=2.0)
+    args = [str(tmp_path), "--by", "model.ffn", "--metric", "val/loss", "--fit", "--multiplier",
+            "a", "b", "--target-loss", "0.5"]  # fmt: skip
+    assert compare_cli.main(args) == 2
+    assert "never reaches" in capsys.readouterr().err

@@ -297,6 +297,11 @@ def multiplier(a: Fit, b: Fit, target: float | None) -> list[str]:
     if target is None:
         target = float(frontier_law(np.array([hi]), *a.params)[0])
         chosen = f"{a.label}'s fitted loss at {hi:.3g} FLOPs, the largest both measured"
+    floors = [f.label for f in (a, b) if not math.isfinite(compute_for(f, f.params, target))]
+    if floors:
+        raise UserError(f"--multiplier: the fitted floor E of {', '.join(floors)} is at or "
+                        f"above the target loss {target:.4g}, which it never reaches; give "
+                        "a higher --target-loss")  # fmt: skip
     k = compute_for(a, a.params, target) / compute_for(b, b.params, target)
     ks = np.array([compute_for(a, pa, target) / compute_for(b, pb, target)
                    for pa, pb in zip(a.draws, b.draws, strict=True)])  # fmt: skip
