@@ -25,13 +25,13 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
-import math
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -51,6 +51,7 @@ class CoordCheck:
     block: int = 64
     model: dict[str, Any] = field(default_factory=dict)
     text: Path | None = None
+    out: Path = Path("coord_check")
 
 
 def tokens(check: CoordCheck, vocab: int = 64) -> tuple[Tensor, int]:
@@ -145,12 +146,8 @@ def measure(check: CoordCheck) -> dict[str, Any]:
 
 def slope(widths: tuple[int, ...], values: list[float]) -> float:
     """Least-squares slope of log mean |x| against log width (0: flat; 1: ∝ width)."""
-    xs = [math.log(w) for w in widths]
-    ys = [math.log(max(v, 1e-30)) for v in values]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
-        (x - mx) ** 2 for x in xs
-    )
+    logs = np.log(np.maximum(np.asarray(values, dtype=float), 1e-30))
+    return float(np.polyfit(np.log(np.asarray(widths, dtype=float)), logs, 1)[0])
 
 
 def slopes(check: CoordCheck, results: dict[str, Any]) -> dict[str, dict[str, float]]:
@@ -228,15 +225,14 @@ def parse(argv: list[str]) -> CoordCheck:
         model[key.removeprefix("model.")] = yaml.safe_load(value)
     check = CoordCheck(widths=tuple(args.widths), steps=args.steps, lr=args.lr,
                        params=tuple(args.param), seeds=args.seeds, model=model,
-                       text=args.text)  # fmt: skip
-    check.out = args.out  # type: ignore[attr-defined]
+                       text=args.text, out=args.out)  # fmt: skip
     return check
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
         check = parse(sys.argv[1:] if argv is None else argv)
-        out: Path = check.out  # type: ignore[attr-defined]
+        out = check.out
         if out.exists() and not out.is_dir():
             raise ConfigError(f"--out {out} is a file; pass a folder")
         results = measure(check)

@@ -259,8 +259,7 @@ def describe(fit: Fit) -> list[str]:
         if name in ("A", "B"):  # fitted as logs
             value, lo, hi = math.exp(value), math.exp(lo), math.exp(hi)
         parts.append(f"{name} = {value:.4g} [{lo:.4g}, {hi:.4g}]")
-    lines = [f"  {fit.label}: {', '.join(parts)}; RMSE of log L {fit.rmse:.4f}"]
-    return lines
+    return [f"  {fit.label}: {', '.join(parts)}; RMSE of log L {fit.rmse:.4f}"]
 
 
 def header(fits: Sequence[Fit], metric: str) -> str:
@@ -276,7 +275,8 @@ def header(fits: Sequence[Fit], metric: str) -> str:
     return f"Scaling fit {law}; {CI:g}% bootstrap CIs ({BOOTSTRAP} resamples; {methods}):"
 
 
-def compute_for(fit: Fit, params: np.ndarray, loss: float) -> float:
+def compute_for(params: np.ndarray, loss: float) -> float:
+    """C(L) = (A / (L − E))^(1/α) of a frontier fit; inf at or below its floor E."""
     e, log_a, alpha = params[:3]
     if loss <= e:
         return math.inf
@@ -297,17 +297,17 @@ def multiplier(a: Fit, b: Fit, target: float | None) -> list[str]:
     if target is None:
         target = float(frontier_law(np.array([hi]), *a.params)[0])
         chosen = f"{a.label}'s fitted loss at {hi:.3g} FLOPs, the largest both measured"
-    floors = [f.label for f in (a, b) if not math.isfinite(compute_for(f, f.params, target))]
+    needed = [compute_for(f.params, target) for f in (a, b)]
+    floors = [f.label for f, c in zip((a, b), needed, strict=True) if not math.isfinite(c)]
     if floors:
         raise UserError(f"--multiplier: the fitted floor E of {', '.join(floors)} is at or "
                         f"above the target loss {target:.4g}, which it never reaches; give "
                         "a higher --target-loss")  # fmt: skip
-    k = compute_for(a, a.params, target) / compute_for(b, b.params, target)
-    ks = np.array([compute_for(a, pa, target) / compute_for(b, pb, target)
+    k = needed[0] / needed[1]
+    ks = np.array([compute_for(pa, target) / compute_for(pb, target)
                    for pa, pb in zip(a.draws, b.draws, strict=True)])  # fmt: skip
     ks = ks[np.isfinite(ks)]
     ci = np.percentile(ks, [(100 - CI) / 2, (100 + CI) / 2]) if len(ks) else [math.nan] * 2
-    needed = [compute_for(f, f.params, target) for f in (a, b)]
     measured = [(float(f.x.min()) * (1 - 1e-6), float(f.x.max()) * (1 + 1e-6)) for f in (a, b)]
     extrapolated = [f.label for f, c, (m0, m1) in zip((a, b), needed, measured, strict=True)
                     if not m0 <= c <= m1]  # fmt: skip
@@ -321,7 +321,7 @@ def multiplier(a: Fit, b: Fit, target: float | None) -> list[str]:
     ]
     grid = np.geomspace(lo, hi, 50)
     la, lb = frontier_law(grid, *a.params), frontier_law(grid, *b.params)
-    over = [compute_for(a, a.params, float(v)) / compute_for(b, b.params, float(v))
+    over = [compute_for(a.params, float(v)) / compute_for(b.params, float(v))
             for v in la if v > max(a.params[0], b.params[0])]  # fmt: skip
     if over:
         lines.append(f"  over the common measured range {lo:.3g}–{hi:.3g} FLOPs: "

@@ -84,7 +84,7 @@ def param_groups(
     for (decayed, mult), params in groups.items():
         if not params and mult != 1.0:
             continue
-        decay = cfg.weight_decay * (1.0 / mult if mult != 1.0 else 1.0) if decayed else 0.0
+        decay = cfg.weight_decay / mult if decayed else 0.0
         group: dict[str, Any] = {"params": params, "weight_decay": decay}
         if mult != 1.0:
             group["lr"] = cfg.lr * mult
