@@ -89,7 +89,7 @@ def test_the_multiplier_of_a_variant_is_recovered_with_its_ci(
     line = next(x for x in out.splitlines() if x.startswith("Compute multiplier"))
     k, lo, hi = (float(v) for v in re.search(r": ([\d.]+)× \[([\d.]+), ([\d.]+)\]", line).groups())
     assert lo <= 2.0 <= hi and lo <= k <= hi and hi / lo < 2, line
-    assert "EXTRAPOLATED" not in line
+    assert "EXTRAPOLATED" not in line and "ILL-CONDITIONED" not in out
     assert "do not cross inside the range (model.ffn=b is lower throughout)" in out
     assert plot.stat().st_size > 10_000
 
@@ -189,6 +189,15 @@ def test_a_real_size_sweep_is_fitted_from_its_logged_flops(size_sweep: Path, cap
     assert compare_cli.main([str(size_sweep), "--by", "model", "--metric", "val/loss",
                              "--fit"]) == 0  # fmt: skip
     assert "Scaling fit L(C) = E + A·C^(−α)" in capsys.readouterr().out
+
+
+def test_a_target_next_to_a_fitted_floor_is_flagged_ill_conditioned(tmp_path: Path,
+                                                                     capsys) -> None:  # fmt: skip
+    synthetic(tmp_path, shift_b=2.0)
+    args = [str(tmp_path), "--by", "model.ffn", "--metric", "val/loss", "--fit", "--multiplier",
+            "a", "b", "--target-loss", "1.52"]  # a's fitted floor is 1.515 [1.48, 1.53]
+    assert compare_cli.main(args) == 0
+    assert "ILL-CONDITIONED: the target is" in capsys.readouterr().out
 
 
 def test_a_target_below_a_fitted_floor_is_one_line(tmp_path: Path, capsys) -> None:

@@ -19,10 +19,12 @@ reported.
 
 ``--multiplier A B``: the compute multiplier of B against A at a target loss L*: k =
 C_A(L*) / C_B(L*) (> 1: B reaches L* with k× less compute), with C(L) = (A/(L − E))^(1/α)
-from each frontier; L* is A's fitted loss at the largest FLOPs both groups measured (or
-``--target-loss``). A target outside either group's measured range is flagged as an
-extrapolation; the multiplier over the common measured range is printed too, and whether
-the two frontiers cross inside it.
+from each frontier; L* is the higher of the two fitted losses at the largest FLOPs both
+groups measured, a loss both frontiers reach (or ``--target-loss``). A target outside
+either group's measured range is flagged as an extrapolation; a target so near a fitted
+floor that C(L) diverges across the bootstrap (the estimate outside its own CI, or a tenth
+of the resamples never reaching it) is flagged as ill-conditioned; the multiplier over the
+common measured range is printed too, and whether the two frontiers cross inside it.
 """
 
 from __future__ import annotations
@@ -118,9 +120,15 @@ def fit_frontier_points(c: np.ndarray, y: np.ndarray, start: np.ndarray | None =
                           [0.0, -50.0, 1e-4], [upper_e, 200.0, 3.0])  # fmt: skip
 
 
-def envelope(runs: Sequence[Run], metric: str) -> tuple[np.ndarray, np.ndarray]:
-    """The lower envelope of the runs' ``metric`` curves against training FLOPs, on a log
-    grid spanning where at least one run's validations are (nothing extrapolated)."""
+def envelope(runs: Sequence[Run], metric: str,
+             pointwise: bool = False) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """The compute-efficient frontier of the runs' ``metric`` curves against training FLOPs,
+    on a log grid spanning where at least one run's validations are (nothing extrapolated):
+    the best value any run reached with at most C FLOPs, so that its inverse is Kaplan et
+    al.'s C_min(L), the least compute that reaches L (2020, §6.1). Where the sizes' curves
+    do not overlap in compute — a small model's run ended before a larger one caught up —
+    it holds the earlier best; ``pointwise=True`` gives the plain lower envelope of the
+    curves at each C instead."""
     curves = []
     for run in runs:
         curve = axis_curve(run, metric, "flops")
@@ -140,7 +148,8 @@ def envelope(runs: Sequence[Run], metric: str) -> tuple[np.ndarray, np.ndarray]:
         inside = (grid >= x[0]) & (grid <= x[-1])
         values[inside] = np.minimum(values[inside], np.interp(grid[inside], x, y))
     keep = np.isfinite(values)
-    return grid[keep], values[keep]
+    grid, values = grid[keep], values[keep]
+    return (grid, values) if pointwise else (grid, np.minimum.accumulate(values))
 
 
 def _sizes(runs: Sequence[Run], by_tokens: bool = False) -> dict[Any, list[Run]]:
@@ -229,9 +238,14 @@ def fit_group(group: Group, metric: str, kind: str, seed: int = 0) -> Fit:
         draws = [from_residuals(rng.choice(residual, n)) for _ in range(BOOTSTRAP)]
     fit = Fit(group.label, kind, names, params, np.array(draws), x, y,
               float(np.sqrt(np.mean(residual**2))), method, distinct)  # fmt: skip
-    if kind == "frontier" and np.any(np.diff(y) > 0.01 * np.abs(y[:-1])):
-        fit.flags.append("the frontier is not monotone (a curve rises: overfitting or "
-                         "instability); the law assumes it falls")  # fmt: skip
+    if kind == "frontier":
+        _, plain = envelope(runs, metric, pointwise=True)
+        held = float(np.mean(plain > y * 1.01))
+        if held > 0:
+            fit.flags.append(f"{group.label}: over {held:.0%} of the FLOPs range every curve "
+                             "there is above an earlier best, which the frontier holds (the "
+                             "sizes' curves do not overlap in compute, or they rise): train "
+                             "the smaller sizes longer")  # fmt: skip
     if kind == "frontier":
         fit.flags.append("the frontier reads each run partway through its schedule, which "
                          "biases it upwards (Hoffmann et al. §3.1); --fit nd uses final "
@@ -266,7 +280,7 @@ def header(fits: Sequence[Fit], metric: str) -> str:
     fit = fits[0]
     if fit.kind == "frontier":
         law = (f"L(C) = E + A·C^(−α): the compute-efficient frontier of {metric} against "
-               "training FLOPs (lower envelope of every run's curve)")  # fmt: skip
+               "training FLOPs (the best value any run reached within C)")  # fmt: skip
     else:
         law = (f"L(N, D) = E + A/N^α + B/D^β: the final {metric} of each run against its "
                "parameters N and training tokens D")  # fmt: skip
@@ -295,8 +309,11 @@ def multiplier(a: Fit, b: Fit, target: float | None) -> list[str]:
                         "train them over overlapping budgets")  # fmt: skip
     chosen = "given"
     if target is None:
-        target = float(frontier_law(np.array([hi]), *a.params)[0])
-        chosen = f"{a.label}'s fitted loss at {hi:.3g} FLOPs, the largest both measured"
+        ends = [float(frontier_law(np.array([hi]), *f.params)[0]) for f in (a, b)]
+        target = max(ends)
+        worse = (a, b)[ends.index(target)].label
+        chosen = (f"{worse}'s fitted loss at {hi:.3g} FLOPs, the largest both measured: "
+                  "the higher of the two, which both reach")  # fmt: skip
     needed = [compute_for(f.params, target) for f in (a, b)]
     floors = [f.label for f, c in zip((a, b), needed, strict=True) if not math.isfinite(c)]
     if floors:
@@ -306,6 +323,7 @@ def multiplier(a: Fit, b: Fit, target: float | None) -> list[str]:
     k = needed[0] / needed[1]
     ks = np.array([compute_for(pa, target) / compute_for(pb, target)
                    for pa, pb in zip(a.draws, b.draws, strict=True)])  # fmt: skip
+    reached = float(np.mean(np.isfinite(ks)))
     ks = ks[np.isfinite(ks)]
     ci = np.percentile(ks, [(100 - CI) / 2, (100 + CI) / 2]) if len(ks) else [math.nan] * 2
     measured = [(float(f.x.min()) * (1 - 1e-6), float(f.x.max()) * (1 + 1e-6)) for f in (a, b)]
@@ -319,6 +337,12 @@ def multiplier(a: Fit, b: Fit, target: float | None) -> list[str]:
         + (f"; EXTRAPOLATED beyond the measured FLOPs of {', '.join(extrapolated)}"
            if extrapolated else "")  # fmt: skip
     ]
+    if reached < 0.9 or not ci[0] <= k <= ci[1]:
+        margin = target - max(a.params[0], b.params[0])
+        lines.append(f"  ILL-CONDITIONED: the target is {margin:.3g} above the higher fitted "
+                     f"floor, where C(L) diverges ({1 - reached:.0%} of the resamples never "
+                     "reach it; the estimate against its CI above): read the range below, "
+                     "or give a --target-loss well above both floors")  # fmt: skip
     grid = np.geomspace(lo, hi, 50)
     la, lb = frontier_law(grid, *a.params), frontier_law(grid, *b.params)
     over = [compute_for(a.params, float(v)) / compute_for(b.params, float(v))
