@@ -10,6 +10,8 @@ PIP := $(PY) -m pip
 # TORCH_INDEX=--extra-index-url=https://download.pytorch.org/whl/cpu to avoid a CUDA download.
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
+# the oldest torch attnlab runs on (pyproject.toml says the same; a test checks both)
+TORCH_FLOOR := (2, 7)
 STAMP := $(VENV)/.attnlab-installed
 
 .PHONY: setup train test test-all lint bench clean
@@ -18,9 +20,12 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
-	@# Keep a torch that is already installed (for example the user's CUDA build);
-	@# otherwise take the pinned CPU wheel so the project install does not pull CUDA.
-	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q $(TORCH_INDEX) "$(TORCH_SPEC)" $(QUIET)
+	@# Keep a torch that is already installed and meets the floor in pyproject.toml (for
+	@# example the user's CUDA build); otherwise take the pinned CPU wheel, so that the
+	@# project install does not pull a CUDA build to satisfy the floor.
+	@$(PY) -c "import sys, torch; v = torch.__version__.split('+')[0].split('.'); \
+		sys.exit(tuple(map(int, v[:2])) < $(TORCH_FLOOR))" 2>/dev/null \
+		|| $(PIP) install -q $(TORCH_INDEX) "$(TORCH_SPEC)" $(QUIET)
 	$(PIP) install -q -e ".[dev]" $(QUIET)
 	@touch $(STAMP)
 
