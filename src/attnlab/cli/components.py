@@ -29,6 +29,9 @@ FOREIGN_NEEDS: dict[str, Needs] = {
     "lightning.pytorch.loggers.wandb.WandbLogger": Needs(
         factory="attnlab.cli.wandb_setup:prepare_wandb"
     ),
+    "lightning.pytorch.loggers.mlflow.MLFlowLogger": Needs(
+        factory="attnlab.cli.mlflow_setup:prepare_mlflow"
+    ),
 }
 
 

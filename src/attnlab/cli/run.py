@@ -249,6 +249,7 @@ def train(
     import lightning as L
 
     from attnlab.cli import pipeline
+    from attnlab.cli.mlflow_setup import finish_mlflow
     from attnlab.cli.wandb_setup import ModelSizeInConfig, finish_wandb, uses_wandb
 
     model_cfg = checked if checked is not None else pipeline.check_config(cfg)
@@ -279,6 +280,7 @@ def train(
         return out
     finally:
         finish_wandb(loggers, out["status"])
+        finish_mlflow(loggers, out["status"])
 
 
 def _fit_and_test(cfg: Any, trainer: Any, task: Any, datamodule: Any, resume_from: str | None,

@@ -51,6 +51,7 @@ RUN_OBJECTS = frozenset({
     "lightning.pytorch.loggers.CSVLogger",
     "lightning.pytorch.loggers.TensorBoardLogger",
     "lightning.pytorch.loggers.WandbLogger",
+    "lightning.pytorch.loggers.MLFlowLogger",
     "lightning.pytorch.profilers.SimpleProfiler",
     "lightning.pytorch.profilers.AdvancedProfiler",
     "lightning.pytorch.profilers.PyTorchProfiler",

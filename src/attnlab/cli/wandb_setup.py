@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import lightning as L
-from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.loggers import MLFlowLogger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.cli.identity import identity_overrides
@@ -214,12 +214,13 @@ class ModelSizeInConfig(L.Callback):
         except (NotImplementedError, ValueError):  # an architecture without a FLOP count
             pass
         for logger in trainer.loggers:
-            if isinstance(logger, WandbLogger):
+            if isinstance(logger, (WandbLogger, MLFlowLogger)):
                 logger.log_hyperparams(size)
 
 
 def uses_wandb(loggers: list[Any]) -> bool:
-    return any(isinstance(logger, WandbLogger) for logger in loggers)
+    """Whether a tracker that takes the model's size into its config is among them."""
+    return any(isinstance(logger, (WandbLogger, MLFlowLogger)) for logger in loggers)
 
 
 def finish_wandb(loggers: list[Any], status: str) -> None:
