@@ -6,8 +6,9 @@ QUIET := 2>&1 | { grep -v 'is ignored: it is neither a file nor a directory' || 
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-# The CPU build of PyTorch. On a CPU-only machine without a local wheel cache, add
-# TORCH_INDEX=--extra-index-url=https://download.pytorch.org/whl/cpu to avoid a CUDA download.
+# The torch to install when .venv has none (or one below TORCH_FLOOR). pip's default build
+# is a CUDA one: on a CPU-only machine without a local wheel cache, add
+# TORCH_INDEX=--extra-index-url=https://download.pytorch.org/whl/cpu for the CPU wheel.
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 # the oldest torch attnlab runs on (pyproject.toml says the same; a test checks both)

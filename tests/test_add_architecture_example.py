@@ -1,4 +1,4 @@
-"""README.md's "Add your own architecture" really works: its DAN class and YAML, as written.
+"""docs/extending.md's "Add your own architecture" really works: its DAN class and YAML, as written.
 
 The class runs as if saved as ``attnlab/models/dan.py``, named by its documented line in
 the real catalog (restored afterwards); the YAML goes into a copy of ``conf/``,
@@ -22,7 +22,7 @@ from attnlab.models import ModelConfig, build_model
 from attnlab.tasks import check_compatible
 from documented import add_to_catalog
 
-DOC = Path(__file__).resolve().parents[1] / "README.md"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
 
 
 def fenced(kind: str) -> str:

@@ -1,7 +1,7 @@
-"""README.md's attention-kind example (the Sparse Transformer's strided pattern) really works:
-the documented class registers into the real ``ATTENTION_KINDS`` (restored afterwards), and
-its pattern gives the mask of Child et al. (2019, §4.2), cached decoding, the FlexAttention
-path and a training run through the configs."""
+"""docs/extending.md's attention-kind example (the Sparse Transformer's strided pattern)
+really works: the documented class registers into the real ``ATTENTION_KINDS`` (restored
+afterwards), and its pattern gives the mask of Child et al. (2019, §4.2), cached decoding,
+the FlexAttention path and a training run through the configs."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from composed_runs import train_fast
 from decoding_inputs import left_padded_prompts, step_logits
 from documented import add_to_catalog
 
-DOC = Path(__file__).resolve().parents[1] / "README.md"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
 
 
 def documented_class() -> str:

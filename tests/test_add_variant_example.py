@@ -1,4 +1,5 @@
-"""README.md's "Add your own variant" really works: its ReZero class registers, builds and trains.
+"""docs/extending.md's "Add your own variant" really works: its ReZero class registers, builds
+and trains.
 
 The documented code runs as if pasted into ``attnlab/nn/norms.py`` (in a copy
 of that module's namespace), and its documented line goes into the real catalog. The
@@ -20,7 +21,7 @@ from attnlab.models import ModelConfig, build_model
 from composed_runs import train_fast
 from documented import add_to_catalog
 
-DOC = Path(__file__).resolve().parents[1] / "README.md"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
 
 
 def python_block(markdown: str) -> str:

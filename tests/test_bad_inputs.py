@@ -87,7 +87,8 @@ CONFIG_CASES: dict[str, tuple[list[str], str]] = {
         "an offline run cannot do",
     ),  # fmt: skip
     "lightning_refuses": (["trainer.limit_train_batches=1.5"], "limit_train_batches"),
-    "real_key_needs_plus": (["trainer.strategy=ddp"], "+trainer.strategy=ddp"),
+    "real_key_needs_plus": (["trainer.detect_anomaly=true"], "+trainer.detect_anomaly=true"),
+    "strategy_is_a_preset": (["trainer.strategy=ddp"], "trainer=ddp"),
     "flex_on_cpu": (
         ["model.attention=sliding_window", "model.attn_impl=flex"],
         "model.attn_impl=flex has no backward pass on CPU",

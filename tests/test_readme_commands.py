@@ -1,6 +1,7 @@
-"""Every ``attnlab-train`` command that README.md shows composes, as attnlab-train checks it.
+"""Every ``attnlab-train`` command that README.md and docs/*.md show composes, as
+attnlab-train checks it.
 
-A command is read from the README's fenced code blocks the way a shell reads it
+A command is read from each page's fenced code blocks the way a shell reads it
 (a trailing backslash continues the line, ``#`` starts a comment, ``NAME=value``
 before the command sets the environment) and is recognised in any of its
 spellings: ``attnlab-train …``, ``.venv/bin/attnlab-train …``, ``make train
@@ -14,14 +15,15 @@ so commands on ``../shared/data`` or on the user's own files compose without the
 Per-command decisions:
 
 * ``...`` stands for "your other overrides" and is dropped.
-* Commands of the "Add your own variant" section run after its ReZero class is
-  added, so they are checked with that class registered (as
-  ``test_add_variant_example.py`` does).
+* Commands of an "Add your own variant" section (README.md's and docs/extending.md's)
+  run after the ReZero class of docs/extending.md is added, so they are checked with
+  that class registered (as ``test_add_variant_example.py`` does); commands of an "Add
+  your own architecture" section with its DAN class and YAML registered.
 * A command followed by an ``error: …`` line in its block is shown failing; it
   must fail with exactly that line.
 
 ``attnlab-eval`` and ``attnlab-generate`` commands are not checked: they read
-the saved config of a trained run directory (``<run>`` in the README), which
+the saved config of a trained run directory (``<run>`` in the docs), which
 only a training run would provide.
 """
 
@@ -40,7 +42,10 @@ import attnlab.nn.norms as norms
 from attnlab.cli.compose import check_values, validate_overrides
 from documented import add_to_catalog
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+EXTENDING = ROOT / "docs" / "extending.md"  # where the ReZero class is documented
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]  # every page whose commands are checked
 VARIANT_SECTION = "Add your own variant"
 ARCHITECTURE_SECTION = "Add your own architecture"
 ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
@@ -140,20 +145,22 @@ def compose_command(command: TrainCommand) -> None:
 
 @pytest.fixture
 def readme_variant_added(monkeypatch: pytest.MonkeyPatch) -> None:
-    """README's ReZero class as if pasted into norms.py, and its documented line in the
-    catalog (both restored after the test)."""
-    section = README.read_text(encoding="utf-8").split(f"## {VARIANT_SECTION}", 1)[1]
+    """docs/extending.md's ReZero class as if pasted into norms.py, and its documented line
+    in the catalog (both restored after the test)."""
+    section = EXTENDING.read_text(encoding="utf-8").split(f"## {VARIANT_SECTION}", 1)[1]
     match = re.search(r"```python\n(.*?)```", section, flags=re.DOTALL)
-    assert match, f"{README} has no python block under '{VARIANT_SECTION}'"
+    assert match, f"{EXTENDING} has no python block under '{VARIANT_SECTION}'"
     namespace = dict(vars(norms))
-    exec(compile(match.group(1), str(README), "exec"), namespace)
+    exec(compile(match.group(1), str(EXTENDING), "exec"), namespace)
     add_to_catalog(monkeypatch, "model.norm", "rezero", section, namespace)
 
 
 def readme_cases() -> list:
     cases = []
-    for command in train_commands(README.read_text(encoding="utf-8")):
-        cases.append(pytest.param(command, id=f"L{command.line}"))
+    for page in PAGES:
+        name = page.relative_to(ROOT).as_posix()
+        for command in train_commands(page.read_text(encoding="utf-8")):
+            cases.append(pytest.param(command, id=f"{name}:L{command.line}"))
     return cases
 
 

@@ -46,7 +46,7 @@ RATIO_MEANING = {
     "loss outside the compiled model as in model.compile=true; lower is better)",
 }
 
-# the targets for this 2-core CPU; other ratios are reported without one
+# the targets on a 2-core CPU; other ratios are reported without one
 TARGETS = {
     "decoder_only_vs_hf_gpt2": ("<=", 0.8),
     "encoder_decoder_vs_torch_transformer": ("<=", 1.0),

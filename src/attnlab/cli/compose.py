@@ -89,6 +89,9 @@ def _unknown_key_hint(exc: Exception, overrides: list[str]) -> str | None:
     if _accepts(node, parent, leaf):
         value = next(o.split("=", 1)[1] for o in overrides
                      if o.split("=", 1)[0].lstrip("~") == key)  # fmt: skip
+        if key == "trainer.strategy":  # a strategy comes with its own settings: the preset
+            return ("trainer.strategy is chosen with a trainer preset: trainer=ddp (data "
+                    "parallel) or trainer=fsdp (sharded), not +trainer.strategy=…")  # fmt: skip
         return (
             f"{key} is a real setting that {parent}'s YAML leaves out; add it with +{key}={value}"
         )

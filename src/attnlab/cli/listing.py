@@ -78,6 +78,6 @@ def print_options() -> None:
         print(f"{shown:<{width[0]}}  {value:<{width[1]}}  {reference}".rstrip())
         previous = key
     print(
-        "\nEvery other key: attnlab-train --cfg job prints the composed config; README.md "
-        "explains each."
+        "\nEvery other key: attnlab-train --cfg job prints the composed config; "
+        "docs/configuration.md explains each."
     )

@@ -155,8 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--target-loss",
         type=float,
         metavar="L",
-        help="with --multiplier: the loss at which to compare (default: A's fitted loss at "
-        "the largest FLOPs both groups measured)",
+        help="with --multiplier: the loss at which to compare (default: the higher of the "
+        "two fitted losses at the largest FLOPs both groups measured, which both reach)",
     )
     p.add_argument("--wandb", metavar="ENTITY/PROJECT", help="read runs from W&B instead")
     p.add_argument("--group", metavar="G", help="W&B run group to read (with --wandb)")

@@ -1,8 +1,8 @@
 """Scaling fits and compute multipliers (``attnlab-compare --fit``, ``--multiplier``).
 
 * ``--fit frontier`` (Kaplan et al. 2020; Hoffmann et al. 2022, approach 1): per group, the
-  compute-efficient frontier of a metric against training FLOPs — the lower envelope of
-  every run's validation curve, read on a log grid of FLOPs where at least one run has a
+  compute-efficient frontier of a metric against training FLOPs — the best value any run
+  reached with at most C FLOPs, read on a log grid of FLOPs where at least one run has a
   validation on both sides — fitted by L(C) = E + A·C^(−α).
 * ``--fit nd`` (Hoffmann et al., approach 3): the final values of a size × token-budget
   grid of separate runs (each with its own schedule length), fitted by
