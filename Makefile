@@ -14,6 +14,10 @@ TORCH_INDEX ?=
 # the oldest torch attnlab runs on (pyproject.toml says the same; a test checks both)
 TORCH_FLOOR := (2, 7)
 STAMP := $(VENV)/.attnlab-installed
+# transformers for the export parity tests only, in a folder of its own that just those tests'
+# processes put on their path: installed in .venv, torchmetrics would import it in every process
+HF_PARITY := $(VENV)/hf-parity
+TRANSFORMERS_SPEC ?= transformers==5.25.0
 
 .PHONY: setup train test test-all lint bench clean
 
@@ -28,6 +32,8 @@ $(STAMP): pyproject.toml
 		sys.exit(tuple(map(int, v[:2])) < $(TORCH_FLOOR))" 2>/dev/null \
 		|| $(PIP) install -q $(TORCH_INDEX) "$(TORCH_SPEC)" $(QUIET)
 	$(PIP) install -q -e ".[dev]" $(QUIET)
+	@# its requirements are attnlab's own (huggingface-hub, tokenizers, safetensors, numpy)
+	$(PIP) install -q --no-deps --upgrade --target $(HF_PARITY) "$(TRANSFORMERS_SPEC)" $(QUIET)
 	@touch $(STAMP)
 
 train: setup

@@ -1,0 +1,302 @@
+"""attnlab models as Hugging Face ``transformers`` checkpoints: one mapping per model class.
+
+A mapping says which attnlab configurations it reproduces exactly and renames (and, where
+the layouts differ, rearranges) the weights; nothing here imports ``transformers``, so an
+export needs only ``safetensors``. The tests load every mapping with ``from_pretrained``
+and compare logits and greedy generation.
+
+* :class:`GPT2Mapping`  ``decoder_only`` with Pre-LN LayerNorm, learned positions and a
+  ReLU/GELU FFN → ``GPT2LMHeadModel`` (Radford et al. 2019).
+* :class:`LlamaMapping` ``decoder_only`` with Pre-LN RMSNorm, RoPE and SwiGLU (and GQA)
+  → ``LlamaForCausalLM`` (Touvron et al. 2023).
+
+What a mapping folds in exactly, so the exported model computes the same function:
+
+* the token embedding's √d_model scale (§3.4 of Vaswani et al.) multiplies the input
+  table; the output projection then needs its own unscaled copy (``tie_word_embeddings``
+  false);
+* μP's multipliers (:mod:`attnlab.models.parametrization`): the query scale into W_Q and
+  its bias, the readout's base/width into the output projection (untied as above).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from attnlab.errors import ConfigError
+from attnlab.model_config import ModelConfig
+from attnlab.special_tokens import BOS, EOS, PAD
+
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new"}  # transformers' ACT2FN
+
+
+class Mapping:
+    """One Hugging Face model class. ``needs``: the attnlab keys and the values it takes."""
+
+    hf_class = ""
+    auto_class = "AutoModelForCausalLM"
+    needs: dict[str, tuple[Any, ...]] = {}
+
+    @classmethod
+    def mismatch(cls, cfg: ModelConfig) -> str | None:
+        """The first ``model.key=value`` this class cannot compute, or None."""
+        for key, allowed in cls.needs.items():
+            value = getattr(cfg, key)
+            if value not in allowed:
+                shown = " or ".join(str(v).lower() if isinstance(v, bool) else str(v)
+                                    for v in allowed if v is not None)  # fmt: skip
+                return f"model.{key}={_shown(value)} (it needs {shown or 'null'})"
+        return None
+
+    def __init__(self, model: Any) -> None:
+        self.model, self.cfg = model, model.cfg
+        self.embedding_scale = float(model.embedding.scale)
+        self.readout_multiplier = float(getattr(model.lm_head, "multiplier", 1.0))
+        # the exported input and output tables differ when either is scaled or attnlab ties none
+        self.tied = (
+            self.cfg.tie != "none" and self.embedding_scale == 1.0
+            and self.readout_multiplier == 1.0
+        )  # fmt: skip
+
+    def common_config(self) -> dict[str, Any]:
+        return {
+            "architectures": [self.hf_class],
+            "vocab_size": self.cfg.vocab_size,
+            "bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD,
+            "tie_word_embeddings": self.tied,
+            "torch_dtype": "float32",
+            "use_cache": True,
+        }  # fmt: skip
+
+    def tables(self) -> tuple[Tensor, Tensor | None]:
+        """(input embedding table, output projection or None when tied), scales folded in."""
+        table = self.model.embedding.weight.detach()
+        inputs = table * self.embedding_scale
+        if self.tied:
+            return inputs.clone(), None
+        output = self.model.lm_head.weight.detach() * self.readout_multiplier
+        return inputs.clone(), output.clone()
+
+    def query_scale(self, attention: Any) -> float:
+        return float(attention.query_scale)
+
+    def config(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def tensors(self) -> dict[str, Tensor]:
+        raise NotImplementedError
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "null"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _split_projection(attention: Any, query_scale: float) -> tuple[Tensor, ...]:
+    """W_Q, W_K, W_V and their biases from the stacked projection, W_Q × the query scale."""
+    weight, bias = attention.in_proj.weight.detach(), attention.in_proj.bias.detach()
+    q, k, v = weight.split(attention.split_sizes)
+    bq, bk, bv = bias.split(attention.split_sizes)
+    return q * query_scale, k, v, bq * query_scale, bk, bv
+
+
+class GPT2Mapping(Mapping):
+    """``GPT2LMHeadModel``: x + Attn(LN(x)); x + MLP(LN(x)); final LN (Radford et al. 2019, §2.3).
+
+    GPT-2's ``Conv1D`` stores its weight as (in, out), the transpose of ``nn.Linear``'s, and
+    ``c_attn`` holds [W_Q | W_K | W_V] side by side: attnlab's stacked rows, transposed."""
+
+    hf_class = "GPT2LMHeadModel"
+    needs = {
+        "name": ("decoder_only",), "norm": ("pre",), "norm_type": ("layernorm",),
+        "pos": ("learned",), "ffn": tuple(ACTIVATIONS), "attention": ("full",),
+        "block": ("sequential",), "qk_norm": (False,), "prefix_lm": (False,),
+    }  # fmt: skip
+
+    @classmethod
+    def mismatch(cls, cfg: ModelConfig) -> str | None:
+        found = super().mismatch(cfg)
+        if found is None and cfg.n_kv_heads not in (None, cfg.n_heads):
+            return f"model.n_kv_heads={cfg.n_kv_heads} (GPT-2 has one K/V head per query head)"
+        return found
+
+    def config(self) -> dict[str, Any]:
+        cfg = self.cfg
+        return {
+            **self.common_config(),
+            "model_type": "gpt2",
+            "n_embd": cfg.d_model, "n_layer": cfg.n_layers, "n_head": cfg.n_heads,
+            "n_inner": cfg.ff_dim, "n_positions": cfg.max_len,
+            "activation_function": ACTIVATIONS[cfg.ffn],
+            "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout, "attn_pdrop": cfg.attn_dropout,
+            "layer_norm_epsilon": 1e-5,  # nn.LayerNorm's default, attnlab's norms
+            "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
+            "reorder_and_upcast_attn": False,
+        }  # fmt: skip
+
+    def tensors(self) -> dict[str, Tensor]:
+        decoder = self.model.decoder
+        wte, head = self.tables()
+        out = {"transformer.wte.weight": wte,
+               "transformer.wpe.weight": decoder.positions.table.weight.detach()}  # fmt: skip
+        for i, layer in enumerate(decoder.layers):
+            p = f"transformer.h.{i}."
+            attention = layer.self_attn
+            q, k, v, bq, bk, bv = _split_projection(attention, self.query_scale(attention))
+            out |= _norm(p + "ln_1", layer.attn_residual.norm)
+            out[p + "attn.c_attn.weight"] = torch.cat((q, k, v)).t()
+            out[p + "attn.c_attn.bias"] = torch.cat((bq, bk, bv))
+            out |= _conv1d(p + "attn.c_proj", layer.self_attn.out_proj)
+            out |= _norm(p + "ln_2", layer.ffn_residual.norm)
+            out |= _conv1d(p + "mlp.c_fc", layer.ffn.linear1)
+            out |= _conv1d(p + "mlp.c_proj", layer.ffn.linear2)
+        out |= _norm("transformer.ln_f", decoder.final_norm)
+        if head is not None:
+            out["lm_head.weight"] = head
+        return out
+
+
+class LlamaMapping(Mapping):
+    """``LlamaForCausalLM``: x + Attn(RMSNorm(x)) with RoPE; x + SwiGLU(RMSNorm(x)).
+
+    attnlab rotates interleaved pairs (x_2i, x_2i+1) (RoFormer eq. 34); Hugging Face's Llama
+    rotates the halves (x_i, x_i+d/2) with the same θ_i. Reordering every head's rows of W_Q
+    and W_K (and their biases) to (0, 2, 4, …, 1, 3, 5, …) makes the two the same rotation, and
+    q·k is unchanged by a permutation applied to both. attnlab's projections have biases:
+    ``attention_bias`` true; its SwiGLU has none (``mlp_bias`` false)."""
+
+    hf_class = "LlamaForCausalLM"
+    needs = {
+        "name": ("decoder_only",), "norm": ("pre",), "norm_type": ("rmsnorm",),
+        "pos": ("rope",), "ffn": ("swiglu",), "attention": ("full",),
+        "block": ("sequential",), "qk_norm": (False,), "prefix_lm": (False,),
+    }  # fmt: skip
+
+    def config(self) -> dict[str, Any]:
+        cfg = self.cfg
+        return {
+            **self.common_config(),
+            "model_type": "llama",
+            "hidden_size": cfg.d_model, "intermediate_size": cfg.ff_dim,
+            "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
+            "num_key_value_heads": cfg.n_kv_heads or cfg.n_heads, "head_dim": cfg.d_head,
+            "hidden_act": "silu", "max_position_embeddings": cfg.max_len,
+            "rms_norm_eps": 1e-5,  # attnlab's RMSNorm
+            "rope_theta": 10000.0,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+            "attention_bias": True, "mlp_bias": False, "attention_dropout": cfg.attn_dropout,
+        }  # fmt: skip
+
+    def tensors(self) -> dict[str, Tensor]:
+        decoder, d_head = self.model.decoder, self.cfg.d_head
+        embed, head = self.tables()
+        out = {"model.embed_tokens.weight": embed}
+        for i, layer in enumerate(decoder.layers):
+            p = f"model.layers.{i}."
+            attention = layer.self_attn
+            q, k, v, bq, bk, bv = _split_projection(attention, self.query_scale(attention))
+            q_rows = half_split_rows(attention.n_heads, d_head)
+            k_rows = half_split_rows(attention.n_kv_heads, d_head)
+            out |= {
+                p + "self_attn.q_proj.weight": q[q_rows], p + "self_attn.q_proj.bias": bq[q_rows],
+                p + "self_attn.k_proj.weight": k[k_rows], p + "self_attn.k_proj.bias": bk[k_rows],
+                p + "self_attn.v_proj.weight": v, p + "self_attn.v_proj.bias": bv,
+            }  # fmt: skip
+            out |= _linear(p + "self_attn.o_proj", attention.out_proj)
+            out[p + "input_layernorm.weight"] = layer.attn_residual.norm.weight.detach()
+            out[p + "post_attention_layernorm.weight"] = layer.ffn_residual.norm.weight.detach()
+            out[p + "mlp.gate_proj.weight"] = layer.ffn.gate.weight.detach()
+            out[p + "mlp.up_proj.weight"] = layer.ffn.linear1.weight.detach()
+            out[p + "mlp.down_proj.weight"] = layer.ffn.linear2.weight.detach()
+        out["model.norm.weight"] = decoder.final_norm.weight.detach()
+        if head is not None:
+            out["lm_head.weight"] = head
+        return out
+
+
+def half_split_rows(n_heads: int, d_head: int) -> Tensor:
+    """Row order taking interleaved rotary pairs to half-split ones, head by head."""
+    within = torch.cat((torch.arange(0, d_head, 2), torch.arange(1, d_head, 2)))
+    return (torch.arange(n_heads).unsqueeze(1) * d_head + within).flatten()
+
+
+def _norm(name: str, norm: Any) -> dict[str, Tensor]:
+    return {f"{name}.weight": norm.weight.detach(), f"{name}.bias": norm.bias.detach()}
+
+
+def _linear(name: str, linear: Any) -> dict[str, Tensor]:
+    return {f"{name}.weight": linear.weight.detach(), f"{name}.bias": linear.bias.detach()}
+
+
+def _conv1d(name: str, linear: Any) -> dict[str, Tensor]:
+    """GPT-2's Conv1D: y = x W + b with W (in, out), nn.Linear's weight transposed."""
+    return {f"{name}.weight": linear.weight.detach().t(), f"{name}.bias": linear.bias.detach()}
+
+
+MAPPINGS: tuple[type[Mapping], ...] = (GPT2Mapping, LlamaMapping)
+# what makes a decoder "Llama-like": a mismatch is then reported against Llama, not GPT-2
+LLAMA_SIGNS = {"norm_type": "rmsnorm", "pos": "rope", "ffn": "swiglu"}
+
+
+def choose_mapping(cfg: ModelConfig, task: str) -> type[Mapping]:
+    """The mapping that computes this model exactly, or a ConfigError naming the option."""
+    if cfg.name != "decoder_only":
+        raise ConfigError(
+            f"format=hf exports model=decoder_only (as GPT2LMHeadModel or LlamaForCausalLM); "
+            f"model={cfg.name} has no exact Hugging Face equivalent here: use format=native"
+        )
+    if task not in ("lm", "seq2seq"):
+        raise ConfigError(
+            f"format=hf exports language models; this run was trained on {task} data, whose "
+            "classification head has no counterpart in a causal-LM class: use format=native"
+        )
+    llama_like = any(getattr(cfg, k) == v for k, v in LLAMA_SIGNS.items())
+    mapping = LlamaMapping if llama_like else GPT2Mapping
+    problem = mapping.mismatch(cfg)
+    if problem is not None:
+        raise ConfigError(
+            f"format=hf: {problem} has no equivalent in {mapping.hf_class}; export a model "
+            "with that option as listed, or use format=native"
+        )
+    return mapping
+
+
+def export_weights(model: Any, task: str) -> tuple[dict[str, Any], dict[str, Tensor], str]:
+    """(config.json's dict, the safetensors tensors, the Hugging Face class) of ``model``."""
+    mapping = choose_mapping(model.cfg, task)(model)
+    tensors = {name: t.contiguous().float() for name, t in mapping.tensors().items()}
+    config = mapping.config()
+    config["attnlab_folds"] = folds(mapping)
+    return config, tensors, mapping.hf_class
+
+
+def folds(mapping: Mapping) -> list[str]:
+    """What the export folded into the weights, for the model card."""
+    notes = []
+    if mapping.embedding_scale != 1.0:
+        notes.append(
+            f"the token embedding's scale √d_model = {mapping.embedding_scale:.6g} is folded "
+            "into the input table"
+        )
+    if mapping.readout_multiplier != 1.0:
+        notes.append(f"μP's readout multiplier {mapping.readout_multiplier:.6g} is folded "
+                     "into the output projection")  # fmt: skip
+    scales = {mapping.query_scale(layer.self_attn) for layer in mapping.model.decoder.layers}
+    if scales != {1.0}:
+        shown = ", ".join(f"{s:.6g}" for s in sorted(scales))
+        notes.append(f"μP's query scale ({shown}) is folded into W_Q and its bias")
+    if not mapping.tied and mapping.cfg.tie != "none":
+        notes.append("the input and output tables are stored separately, as they now differ")
+    return notes
+
+
+def check_finite(tensors: dict[str, Tensor]) -> None:
+    bad = next((name for name, t in tensors.items() if not torch.isfinite(t).all()), None)
+    if bad is not None:
+        raise ConfigError(f"the weights hold NaN or inf ({bad}); export a checkpoint from "
+                          "before the run diverged (ckpt_path=…)")  # fmt: skip
+

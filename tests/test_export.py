@@ -1,0 +1,243 @@
+"""attnlab-export: Hugging Face folders that transformers loads with the same logits and
+greedy output, attnlab's native folder read back bit for bit, and the refusals.
+
+The transformers side runs as one separate process (tests/hf_parity.py) with the folder
+``make setup`` installs transformers into on its path: installed in the test environment,
+torchmetrics would import transformers in every process of the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnlab import export as attnlab_export
+from attnlab import train as attnlab_train
+from attnlab.cli.checkpoints import default_checkpoint, load_run_config
+from attnlab.data.tokenizers import load_tokenizer
+from attnlab.errors import ConfigError
+from attnlab.export.hf import GPT2Mapping, LlamaMapping, choose_mapping, half_split_rows
+from attnlab.generate import load_model
+from attnlab.inference.generation import generate
+from attnlab.model_config import ModelConfig
+from attnlab.options import DecodeConfig
+
+REPO = Path(__file__).resolve().parents[1]
+HF_PARITY = Path(os.environ.get("ATTNLAB_HF_PARITY", REPO / ".venv" / "hf-parity"))
+TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\nAll: Speak, speak.\n" * 30
+PROMPT = "Before we"
+NEW_TOKENS = 12
+TRAIN = ["trainer.max_steps=60", "trainer.enable_progress_bar=false", "data.batch_size=8",
+         "data.block_size=32", "data.eval_blocks=2", "callbacks=none", "model.n_layers=2",
+         "model.max_len=64", "model.dropout=0.0"]  # fmt: skip
+GPT2_BLOCK = ["model=decoder_only", "model.pos=learned", "model.d_model=32", "model.n_heads=4"]
+LLAMA_BLOCK = ["model=decoder_only", "model.norm_type=rmsnorm", "model.pos=rope",
+               "model.ffn=swiglu", "model.d_model=32", "model.n_heads=4"]  # fmt: skip
+RUNS = {
+    # GPT-2's tanh GELU; attnlab's default √d embedding scale folded in (the tables untied)
+    "gpt2": [*GPT2_BLOCK, "model.ffn=gelu_tanh"],
+    # exact GELU, unscaled and tied: the export ties too
+    "gpt2_tied": [*GPT2_BLOCK, "model.ffn=gelu", "model.scale_embeddings=false"],
+    # ReLU under μP at twice the base width: query scale and readout multiplier folded in
+    "gpt2_mup": [*GPT2_BLOCK, "model.ffn=relu", "model.param=mup", "model.mup_base_width=16",
+                 "model.tie_embeddings=false"],  # fmt: skip
+    # grouped-query attention over byte-level BPE
+    "llama": [*LLAMA_BLOCK, "model.n_kv_heads=2", "data.tokenizer=bpe", "data.vocab_size=300"],
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("export_runs")
+    text = root / "text.txt"
+    text.write_text(TEXT)
+    common = [*TRAIN, "data=text", f"data.path={text}", f"data.cache_dir={root / 'cache'}"]
+    made = {}
+    for name, overrides in RUNS.items():
+        run_dir = root / name
+        code = attnlab_train.main([*common, *overrides, f"hydra.run.dir={run_dir}"])
+        assert code == 0, name
+        made[name] = run_dir
+    return made
+
+
+def attnlab_side(run_dir: Path) -> tuple[torch.Tensor, torch.Tensor, list[list[int]], list[int]]:
+    """(input ids, attnlab's logits, its greedy continuation, the prompt's ids)."""
+    cfg = load_run_config(run_dir, [])
+    tokenizer = load_tokenizer(run_dir / "tokenizer.json")
+    model = load_model(cfg, default_checkpoint(run_dir), tokenizer.vocab_size, "cpu", "lm")
+    torch.manual_seed(0)
+    ids = torch.randint(6, tokenizer.vocab_size, (2, 40))
+    prompt = torch.tensor([tokenizer.encode(PROMPT)])
+    with torch.no_grad():
+        logits = model(ids)
+        decode = DecodeConfig(strategy="greedy", max_new_tokens=NEW_TOKENS)
+        greedy = generate(model, prompt, decode).tolist()
+    return ids, logits, greedy, prompt[0].tolist()
+
+
+def export(run_dir: Path, fmt: str, out: Path) -> None:
+    code = attnlab_export.main([f"run_dir={run_dir}", f"format={fmt}", f"out={out}"])
+    assert code == 0 and (out / "model.safetensors").is_file() and (out / "README.md").is_file()
+
+
+@pytest.fixture(scope="module")
+def hf_results(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict:
+    if not (HF_PARITY / "transformers").is_dir():
+        pytest.skip(f"transformers for the parity tests not found at {HF_PARITY}; run make setup")
+    root = tmp_path_factory.mktemp("exported")
+    cases, expected = [], {}
+    for name, run_dir in runs.items():
+        export(run_dir, "hf", root / name)
+        ids, logits, greedy, prompt = attnlab_side(run_dir)
+        expected[name] = (logits, greedy, prompt)
+        cases += [{"name": name, "folder": str(root / name), "ids": ids.tolist(),
+                   "text": TEXT[:200], "max_new_tokens": NEW_TOKENS},
+                  {"name": f"{name}.prompt", "folder": str(root / name), "ids": [prompt],
+                   "text": PROMPT, "max_new_tokens": NEW_TOKENS}]  # fmt: skip
+    spec = root / "cases.json"
+    spec.write_text(json.dumps(cases))
+    env = {**os.environ, "PYTHONPATH": str(HF_PARITY), "TRANSFORMERS_VERBOSITY": "error",
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}  # fmt: skip
+    script = REPO / "tests" / "hf_parity.py"
+    done = subprocess.run([sys.executable, str(script), str(spec), str(root)], env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {"root": root, "results": json.loads((root / "results.json").read_text()),
+            "expected": expected, "runs": runs}  # fmt: skip
+
+
+@pytest.mark.parametrize("name,hf_class", [("gpt2", "GPT2LMHeadModel"),
+                                           ("gpt2_tied", "GPT2LMHeadModel"),
+                                           ("gpt2_mup", "GPT2LMHeadModel"),
+                                           ("llama", "LlamaForCausalLM")])  # fmt: skip
+def test_transformers_computes_the_same_logits_and_greedy_output(
+    hf_results: dict, name: str, hf_class: str
+) -> None:
+    from safetensors.torch import load_file
+
+    result = hf_results["results"][name]
+    assert result["class"] == hf_class
+    # every tensor in the file is used and none is made up by transformers
+    assert result["loading"].get("missing_keys", []) == []
+    assert result["loading"].get("unexpected_keys", []) == []
+    assert result["loading"].get("mismatched_keys", []) == []
+    logits, greedy, prompt = hf_results["expected"][name]
+    theirs = load_file(str(hf_results["root"] / f"{name}.safetensors"))["logits"]
+    assert theirs.shape == logits.shape
+    assert torch.allclose(theirs, logits, atol=1e-5, rtol=0), (theirs - logits).abs().max()
+    assert logits.std() > 0.1  # a trained model, not a constant
+    on_prompt = hf_results["results"][f"{name}.prompt"]
+    assert on_prompt["generated"][0][: len(greedy[0])] == greedy[0]
+    assert len(greedy[0]) == NEW_TOKENS
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_the_exported_tokenizer_encodes_as_the_run_does(hf_results: dict, name: str) -> None:
+    tokenizer = load_tokenizer(hf_results["runs"][name] / "tokenizer.json")
+    result = hf_results["results"][name]
+    assert result["text_ids"] == tokenizer.encode(TEXT[:200])
+    assert result["decoded"] == TEXT[:200]
+
+
+def test_the_model_card_says_what_was_trained_and_what_was_folded(
+    hf_results: dict,
+) -> None:
+    card = (hf_results["root"] / "gpt2_mup" / "README.md").read_text()
+    assert "library_name: transformers" in card
+    assert "attnlab-train " in card and "model.param=mup" in card
+    assert "| val/loss |" in card and "| model.ffn | relu |" in card
+    assert "readout multiplier 0.5" in card and "query scale" in card
+    config = json.loads((hf_results["root"] / "gpt2_tied" / "config.json").read_text())
+    assert config["tie_word_embeddings"] is True and config["activation_function"] == "gelu"
+    assert json.loads((hf_results["root"] / "gpt2" / "config.json").read_text())[
+        "tie_word_embeddings"] is False  # fmt: skip
+
+
+def test_native_export_reads_back_bit_for_bit(runs: dict[str, Path], tmp_path: Path) -> None:
+    run_dir = runs["llama"]
+    export(run_dir, "native", tmp_path / "native")
+    model, tokenizer, task = attnlab_export.load_native(tmp_path / "native")
+    cfg = load_run_config(run_dir, [])
+    original = load_model(cfg, default_checkpoint(run_dir), tokenizer.vocab_size, "cpu", "lm")
+    assert task == "lm" and tokenizer.encode(PROMPT) == load_tokenizer(
+        run_dir / "tokenizer.json").encode(PROMPT)  # fmt: skip
+    for key, value in original.state_dict().items():
+        assert torch.equal(model.state_dict()[key], value), key
+    ids = torch.randint(6, tokenizer.vocab_size, (2, 20))
+    with torch.no_grad():
+        assert torch.equal(model(ids), original(ids))
+    assert not list((tmp_path / "native").glob("*.ckpt")) and not list(
+        (tmp_path / "native").glob("*.pt"))  # fmt: skip
+
+
+def test_half_split_rows_turn_interleaved_pairs_into_halves() -> None:
+    assert half_split_rows(2, 4).tolist() == [0, 2, 1, 3, 4, 6, 5, 7]
+
+
+def config_with(**values: object) -> ModelConfig:
+    base = {"name": "decoder_only", "vocab_size": 40, "d_model": 32, "n_heads": 4,
+            "pos": "learned"}  # fmt: skip
+    return ModelConfig.from_dict({**base, **values})
+
+
+@pytest.mark.parametrize(
+    "values,named",
+    [
+        ({"pos": "alibi"}, "model.pos=alibi"),
+        ({"pos": "sinusoidal"}, "model.pos=sinusoidal"),
+        ({"norm": "deepnorm"}, "model.norm=deepnorm"),
+        ({"norm": "sandwich"}, "model.norm=sandwich"),
+        ({"norm": "post"}, "model.norm=post"),
+        ({"attention": "sliding_window"}, "model.attention=sliding_window"),
+        ({"qk_norm": True}, "model.qk_norm=true"),
+        ({"n_kv_heads": 2}, "model.n_kv_heads=2"),
+        ({"block": "parallel"}, "model.block=parallel"),
+        ({"pos": "rope", "norm_type": "rmsnorm"}, "model.ffn=relu"),
+        ({"pos": "rope", "ffn": "swiglu"}, "model.norm_type=layernorm"),
+        ({"name": "encoder_decoder"}, "model=encoder_decoder"),
+        ({"name": "vit", "image_size": 8, "patch_size": 4}, "model=vit"),
+        ({"name": "rnn"}, "model=rnn"),
+    ],
+)
+def test_options_without_an_equivalent_are_refused_by_name(values: dict, named: str) -> None:
+    try:
+        cfg = config_with(**values)
+    except ConfigError:  # a combination attnlab itself refuses never reaches the export
+        pytest.skip(f"{values} is not a valid attnlab model")
+    with pytest.raises(ConfigError, match=named.replace("=", "=").replace("+", r"\+")):
+        choose_mapping(cfg, "lm")
+
+
+def test_the_two_families_are_chosen_by_their_options() -> None:
+    assert choose_mapping(config_with(ffn="gelu_tanh"), "lm") is GPT2Mapping
+    llama = config_with(pos="rope", norm_type="rmsnorm", ffn="swiglu", n_kv_heads=1)
+    assert choose_mapping(llama, "lm") is LlamaMapping
+    with pytest.raises(ConfigError, match="classification"):
+        choose_mapping(config_with(), "classification")
+
+
+def test_bad_export_commands_get_one_line_and_leave_the_disk_alone(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "keep.txt").write_text("mine")
+    cases = [
+        ([f"run_dir={runs['gpt2']}", "format=onnx"], "format=onnx"),
+        ([f"run_dir={runs['gpt2']}", "format=hf", f"out={taken}"], "already exists"),
+        ([f"run_dir={tmp_path / 'nowhere'}", "format=hf"], "no such directory"),
+        ([f"run_dir={runs['gpt2']}", "format=hf", "model.pos=rope"], "not an attnlab-export"),
+    ]
+    for argv, message in cases:
+        assert attnlab_export.main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert (taken / "keep.txt").read_text() == "mine" and len(list(taken.iterdir())) == 1
+    assert not (runs["gpt2"] / "export").exists()
