@@ -17,19 +17,24 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 
 def run_case(case: dict, out: Path) -> dict:
-    model, info = AutoModelForCausalLM.from_pretrained(
-        case["folder"], output_loading_info=True, use_kernels=False  # no kernel hub offline
+    encoder = case["max_new_tokens"] == 0  # BertModel: the encoder's states, no generation
+    auto, extra = AutoModelForCausalLM, {}
+    if encoder:
+        auto, extra = AutoModel, {"add_pooling_layer": False}
+    model, info = auto.from_pretrained(
+        case["folder"], output_loading_info=True, use_kernels=False, **extra  # no kernel hub
     )
     model.eval()
     tokenizer = AutoTokenizer.from_pretrained(case["folder"])
     ids = torch.tensor(case["ids"])
     with torch.no_grad():
-        logits = model(ids).logits
-        generated = model.generate(
+        output = model(ids)
+        logits = output.last_hidden_state if encoder else output.logits
+        generated = ids[:, :0] if encoder else model.generate(
             ids, max_new_tokens=case["max_new_tokens"], do_sample=False,
             attention_mask=torch.ones_like(ids),
         )[:, ids.size(1):]

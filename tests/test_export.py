@@ -22,7 +22,13 @@ from attnlab import train as attnlab_train
 from attnlab.cli.checkpoints import default_checkpoint, load_run_config
 from attnlab.data.tokenizers import load_tokenizer
 from attnlab.errors import ConfigError
-from attnlab.export.hf import GPT2Mapping, LlamaMapping, choose_mapping, half_split_rows
+from attnlab.export.hf import (
+    BertMapping,
+    GPT2Mapping,
+    LlamaMapping,
+    choose_mapping,
+    half_split_rows,
+)
 from attnlab.generate import load_model
 from attnlab.inference.generation import generate
 from attnlab.model_config import ModelConfig
@@ -49,7 +55,11 @@ RUNS = {
                  "model.tie_embeddings=false"],  # fmt: skip
     # grouped-query attention over byte-level BPE
     "llama": [*LLAMA_BLOCK, "model.n_kv_heads=2", "data.tokenizer=bpe", "data.vocab_size=300"],
+    # a masked LM in BERT's layout: Post-LN, learned positions, the embedding norm
+    "bert": ["model=encoder_only", "model.norm=post", "model.pos=learned", "model.ffn=gelu",
+             "model.embed_norm=true", "model.d_model=32", "model.n_heads=4"],  # fmt: skip
 }
+ENCODERS = {"bert"}
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +77,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return made
 
 
-def attnlab_side(run_dir: Path) -> tuple[torch.Tensor, torch.Tensor, list[list[int]], list[int]]:
-    """(input ids, attnlab's logits, its greedy continuation, the prompt's ids)."""
+def attnlab_side(
+    run_dir: Path, encoder: bool
+) -> tuple[torch.Tensor, torch.Tensor, list[list[int]], list[int]]:
+    """(input ids, attnlab's logits or an encoder's states, its greedy continuation, the
+    prompt's ids)."""
     cfg = load_run_config(run_dir, [])
     tokenizer = load_tokenizer(run_dir / "tokenizer.json")
     model = load_model(cfg, default_checkpoint(run_dir), tokenizer.vocab_size, "cpu", "lm")
@@ -76,6 +89,8 @@ def attnlab_side(run_dir: Path) -> tuple[torch.Tensor, torch.Tensor, list[list[i
     ids = torch.randint(6, tokenizer.vocab_size, (2, 40))
     prompt = torch.tensor([tokenizer.encode(PROMPT)])
     with torch.no_grad():
+        if encoder:
+            return ids, model.hidden(ids), [[]], prompt[0].tolist()
         logits = model(ids)
         decode = DecodeConfig(strategy="greedy", max_new_tokens=NEW_TOKENS)
         greedy = generate(model, prompt, decode).tolist()
@@ -95,12 +110,13 @@ def hf_results(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) 
     cases, expected = [], {}
     for name, run_dir in runs.items():
         export(run_dir, "hf", root / name)
-        ids, logits, greedy, prompt = attnlab_side(run_dir)
+        ids, logits, greedy, prompt = attnlab_side(run_dir, name in ENCODERS)
         expected[name] = (logits, greedy, prompt)
+        new = 0 if name in ENCODERS else NEW_TOKENS
         cases += [{"name": name, "folder": str(root / name), "ids": ids.tolist(),
-                   "text": TEXT[:200], "max_new_tokens": NEW_TOKENS},
+                   "text": TEXT[:200], "max_new_tokens": new},
                   {"name": f"{name}.prompt", "folder": str(root / name), "ids": [prompt],
-                   "text": PROMPT, "max_new_tokens": NEW_TOKENS}]  # fmt: skip
+                   "text": PROMPT, "max_new_tokens": new}]  # fmt: skip
     spec = root / "cases.json"
     spec.write_text(json.dumps(cases))
     env = {**os.environ, "PYTHONPATH": str(HF_PARITY), "TRANSFORMERS_VERBOSITY": "error",
@@ -116,8 +132,9 @@ def hf_results(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) 
 @pytest.mark.parametrize("name,hf_class", [("gpt2", "GPT2LMHeadModel"),
                                            ("gpt2_tied", "GPT2LMHeadModel"),
                                            ("gpt2_mup", "GPT2LMHeadModel"),
-                                           ("llama", "LlamaForCausalLM")])  # fmt: skip
-def test_transformers_computes_the_same_logits_and_greedy_output(
+                                           ("llama", "LlamaForCausalLM"),
+                                           ("bert", "BertModel")])  # fmt: skip
+def test_transformers_computes_the_same_outputs_and_greedy_continuation(
     hf_results: dict, name: str, hf_class: str
 ) -> None:
     from safetensors.torch import load_file
@@ -133,6 +150,8 @@ def test_transformers_computes_the_same_logits_and_greedy_output(
     assert theirs.shape == logits.shape
     assert torch.allclose(theirs, logits, atol=1e-5, rtol=0), (theirs - logits).abs().max()
     assert logits.std() > 0.1  # a trained model, not a constant
+    if name in ENCODERS:
+        return  # BertModel returns states; it does not generate
     on_prompt = hf_results["results"][f"{name}.prompt"]
     assert on_prompt["generated"][0][: len(greedy[0])] == greedy[0]
     assert len(greedy[0]) == NEW_TOKENS
@@ -204,6 +223,10 @@ def config_with(**values: object) -> ModelConfig:
         ({"name": "encoder_decoder"}, "model=encoder_decoder"),
         ({"name": "vit", "image_size": 8, "patch_size": 4}, "model=vit"),
         ({"name": "rnn"}, "model=rnn"),
+        ({"name": "encoder_only", "norm": "post"}, "model.embed_norm=false"),
+        ({"name": "encoder_only", "embed_norm": True}, "model.norm=pre"),
+        ({"name": "encoder_only", "norm": "post", "embed_norm": True, "pos": "rope"},
+         "model.pos=rope"),  # fmt: skip
     ],
 )
 def test_options_without_an_equivalent_are_refused_by_name(values: dict, named: str) -> None:
@@ -219,6 +242,8 @@ def test_the_two_families_are_chosen_by_their_options() -> None:
     assert choose_mapping(config_with(ffn="gelu_tanh"), "lm") is GPT2Mapping
     llama = config_with(pos="rope", norm_type="rmsnorm", ffn="swiglu", n_kv_heads=1)
     assert choose_mapping(llama, "lm") is LlamaMapping
+    bert = config_with(name="encoder_only", norm="post", embed_norm=True)
+    assert choose_mapping(bert, "classification") is BertMapping
     with pytest.raises(ConfigError, match="classification"):
         choose_mapping(config_with(), "classification")
 

@@ -8,8 +8,10 @@
 ``tokenizer_config.json``, ``generation_config.json`` and a model card (``README.md``)
 that ``AutoModelForCausalLM.from_pretrained`` and ``AutoTokenizer.from_pretrained`` load:
 ``model=decoder_only`` with Pre-LN LayerNorm, learned positions and a ReLU/GELU FFN as
-GPT2LMHeadModel; with Pre-LN RMSNorm, RoPE and SwiGLU (GQA too) as LlamaForCausalLM. Any
-other option is refused in one line that names it. ``format=native`` writes attnlab's own
+GPT2LMHeadModel; with Pre-LN RMSNorm, RoPE and SwiGLU (GQA too) as LlamaForCausalLM;
+``model=encoder_only`` with Post-LN, learned positions and ``model.embed_norm=true`` as
+BertModel (``AutoModel``, the encoder's states). Any other option is refused in one line
+that names it. ``format=native`` writes attnlab's own
 safetensors and config for any architecture.
 
 Options: ``run_dir`` / ``ckpt_path`` (as attnlab-eval: the best checkpoint by default),
@@ -83,7 +85,11 @@ def model_card(
     if notes:
         lines += ["## Exact mapping", ""] + [f"- {n}" for n in notes] + [""]
     lines += ["## Loading", "", "```python"]
-    if fmt == "hf":
+    if hf_class == "BertModel":
+        lines += ["from transformers import AutoModel, AutoTokenizer",
+                  'model = AutoModel.from_pretrained("<this folder>", add_pooling_layer=False)',
+                  'tokenizer = AutoTokenizer.from_pretrained("<this folder>")']  # fmt: skip
+    elif fmt == "hf":
         lines += ["from transformers import AutoModelForCausalLM, AutoTokenizer",
                   'model = AutoModelForCausalLM.from_pretrained("<this folder>")',
                   'tokenizer = AutoTokenizer.from_pretrained("<this folder>")']  # fmt: skip
@@ -94,6 +100,7 @@ def model_card(
 
 
 def write_hf(folder: Path, model: Any, task: str, tokenizer: Any) -> tuple[str, list[str]]:
+    """The Hugging Face folder; returns (the model class, what the card says was folded)."""
     from safetensors.torch import save_file
 
     from attnlab.export.hf import check_finite, export_weights

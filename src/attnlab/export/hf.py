@@ -9,6 +9,11 @@ and compare logits and greedy generation.
   ReLU/GELU FFN → ``GPT2LMHeadModel`` (Radford et al. 2019).
 * :class:`LlamaMapping` ``decoder_only`` with Pre-LN RMSNorm, RoPE and SwiGLU (and GQA)
   → ``LlamaForCausalLM`` (Touvron et al. 2023).
+* :class:`BertMapping`  ``encoder_only`` with Post-LN LayerNorm, learned positions and the
+  embedding norm (``model.embed_norm=true``) → ``BertModel`` (Devlin et al. 2019), the
+  encoder's states; attnlab's heads (a bare projection for the masked LM, a mean pool for
+  classification) are not BERT's (a transform before the MLM projection, a tanh pooler on
+  [CLS]) and are left out.
 
 What a mapping folds in exactly, so the exported model computes the same function:
 
@@ -39,6 +44,7 @@ class Mapping:
     hf_class = ""
     auto_class = "AutoModelForCausalLM"
     needs: dict[str, tuple[Any, ...]] = {}
+    grouped_kv = False  # whether fewer K/V heads than query heads are expressible
 
     @classmethod
     def mismatch(cls, cfg: ModelConfig) -> str | None:
@@ -46,9 +52,10 @@ class Mapping:
         for key, allowed in cls.needs.items():
             value = getattr(cfg, key)
             if value not in allowed:
-                shown = " or ".join(str(v).lower() if isinstance(v, bool) else str(v)
-                                    for v in allowed if v is not None)  # fmt: skip
-                return f"model.{key}={_shown(value)} (it needs {shown or 'null'})"
+                shown = " or ".join(_shown(v) for v in allowed)
+                return f"model.{key}={_shown(value)} (it needs {shown})"
+        if not cls.grouped_kv and cfg.n_kv_heads not in (None, cfg.n_heads):
+            return f"model.n_kv_heads={cfg.n_kv_heads} (it has one K/V head per query head)"
         return None
 
     def __init__(self, model: Any) -> None:
@@ -83,6 +90,9 @@ class Mapping:
     def query_scale(self, attention: Any) -> float:
         return float(attention.query_scale)
 
+    def layers(self) -> Any:
+        return self.model.decoder.layers
+
     def config(self) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -116,13 +126,6 @@ class GPT2Mapping(Mapping):
         "pos": ("learned",), "ffn": tuple(ACTIVATIONS), "attention": ("full",),
         "block": ("sequential",), "qk_norm": (False,), "prefix_lm": (False,),
     }  # fmt: skip
-
-    @classmethod
-    def mismatch(cls, cfg: ModelConfig) -> str | None:
-        found = super().mismatch(cfg)
-        if found is None and cfg.n_kv_heads not in (None, cfg.n_heads):
-            return f"model.n_kv_heads={cfg.n_kv_heads} (GPT-2 has one K/V head per query head)"
-        return found
 
     def config(self) -> dict[str, Any]:
         cfg = self.cfg
@@ -175,6 +178,7 @@ class LlamaMapping(Mapping):
         "pos": ("rope",), "ffn": ("swiglu",), "attention": ("full",),
         "block": ("sequential",), "qk_norm": (False,), "prefix_lm": (False,),
     }  # fmt: skip
+    grouped_kv = True
 
     def config(self) -> dict[str, Any]:
         cfg = self.cfg
@@ -237,17 +241,89 @@ def _conv1d(name: str, linear: Any) -> dict[str, Tensor]:
     return {f"{name}.weight": linear.weight.detach().t(), f"{name}.bias": linear.bias.detach()}
 
 
-MAPPINGS: tuple[type[Mapping], ...] = (GPT2Mapping, LlamaMapping)
+class BertMapping(Mapping):
+    """``BertModel``: E = LN(token + position + segment); x ← LN(x + Attn(x)); x ← LN(x + FFN(x))
+    (Devlin et al. 2019, §3; Post-LN as Vaswani et al. §3.1). attnlab has no segments: one
+    segment type whose embedding is zero. Loaded with ``add_pooling_layer=False``: BERT's
+    pooler has no attnlab counterpart."""
+
+    hf_class = "BertModel"
+    auto_class = "AutoModel"
+    needs = {
+        "name": ("encoder_only",), "norm": ("post",), "norm_type": ("layernorm",),
+        "pos": ("learned",), "ffn": tuple(ACTIVATIONS), "attention": ("full",),
+        "block": ("sequential",), "qk_norm": (False,), "embed_norm": (True,),
+    }  # fmt: skip
+
+    def __init__(self, model: Any) -> None:
+        super().__init__(model)
+        self.tied = True  # no output table: the scale folds into the only one
+        self.readout_multiplier = 1.0  # the head is not exported
+
+    def config(self) -> dict[str, Any]:
+        cfg = self.cfg
+        config = {
+            **self.common_config(),
+            "model_type": "bert",
+            "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers,
+            "num_attention_heads": cfg.n_heads, "intermediate_size": cfg.ff_dim,
+            "hidden_act": ACTIVATIONS[cfg.ffn], "max_position_embeddings": cfg.max_len,
+            "type_vocab_size": 1, "layer_norm_eps": 1e-5,
+            "hidden_dropout_prob": cfg.dropout, "attention_probs_dropout_prob": cfg.attn_dropout,
+            "position_embedding_type": "absolute", "is_decoder": False,
+        }  # fmt: skip
+        config.pop("tie_word_embeddings")
+        return config
+
+    def tensors(self) -> dict[str, Tensor]:
+        encoder = self.model.encoder
+        words, _ = self.tables()
+        out = {
+            "embeddings.word_embeddings.weight": words,
+            "embeddings.position_embeddings.weight": encoder.positions.table.weight.detach(),
+            "embeddings.token_type_embeddings.weight": torch.zeros(1, self.cfg.d_model),
+        }
+        out |= _norm("embeddings.LayerNorm", encoder.embed_norm)
+        for i, layer in enumerate(encoder.layers):
+            p = f"encoder.layer.{i}."
+            attention = layer.self_attn
+            q, k, v, bq, bk, bv = _split_projection(attention, self.query_scale(attention))
+            out |= {
+                p + "attention.self.query.weight": q, p + "attention.self.query.bias": bq,
+                p + "attention.self.key.weight": k, p + "attention.self.key.bias": bk,
+                p + "attention.self.value.weight": v, p + "attention.self.value.bias": bv,
+            }  # fmt: skip
+            out |= _linear(p + "attention.output.dense", attention.out_proj)
+            out |= _norm(p + "attention.output.LayerNorm", layer.attn_residual.norm)
+            out |= _linear(p + "intermediate.dense", layer.ffn.linear1)
+            out |= _linear(p + "output.dense", layer.ffn.linear2)
+            out |= _norm(p + "output.LayerNorm", layer.ffn_residual.norm)
+        return out
+
+    def layers(self) -> Any:
+        return self.model.encoder.layers
+
+
+MAPPINGS: tuple[type[Mapping], ...] = (GPT2Mapping, LlamaMapping, BertMapping)
 # what makes a decoder "Llama-like": a mismatch is then reported against Llama, not GPT-2
 LLAMA_SIGNS = {"norm_type": "rmsnorm", "pos": "rope", "ffn": "swiglu"}
 
 
 def choose_mapping(cfg: ModelConfig, task: str) -> type[Mapping]:
     """The mapping that computes this model exactly, or a ConfigError naming the option."""
+    if cfg.name == "encoder_only":
+        problem = BertMapping.mismatch(cfg)
+        if problem is not None:
+            raise ConfigError(
+                f"format=hf: {problem} has no equivalent in BertModel; export a model with "
+                "that option as listed, or use format=native"
+            )
+        return BertMapping
     if cfg.name != "decoder_only":
         raise ConfigError(
-            f"format=hf exports model=decoder_only (as GPT2LMHeadModel or LlamaForCausalLM); "
-            f"model={cfg.name} has no exact Hugging Face equivalent here: use format=native"
+            "format=hf exports model=decoder_only (as GPT2LMHeadModel or LlamaForCausalLM) "
+            f"and model=encoder_only (as BertModel); model={cfg.name} has no exact Hugging "
+            "Face equivalent here: use format=native"
         )
     if task not in ("lm", "seq2seq"):
         raise ConfigError(
@@ -285,11 +361,14 @@ def folds(mapping: Mapping) -> list[str]:
     if mapping.readout_multiplier != 1.0:
         notes.append(f"μP's readout multiplier {mapping.readout_multiplier:.6g} is folded "
                      "into the output projection")  # fmt: skip
-    scales = {mapping.query_scale(layer.self_attn) for layer in mapping.model.decoder.layers}
+    scales = {mapping.query_scale(layer.self_attn) for layer in mapping.layers()}
     if scales != {1.0}:
         shown = ", ".join(f"{s:.6g}" for s in sorted(scales))
         notes.append(f"μP's query scale ({shown}) is folded into W_Q and its bias")
-    if not mapping.tied and mapping.cfg.tie != "none":
+    if mapping.hf_class == "BertModel":
+        notes.append("BertModel carries the encoder's states; attnlab's output head is not "
+                     "exported (BERT's MLM head and pooler compute other functions)")  # fmt: skip
+    elif not mapping.tied and mapping.cfg.tie != "none":
         notes.append("the input and output tables are stored separately, as they now differ")
     return notes
 

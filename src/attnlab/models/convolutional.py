@@ -156,8 +156,8 @@ class ConvSeq2Seq(Architecture):
     input, the output layer's input), ``pos`` (added to the embeddings: ``learned``, the
     paper's, sinusoidal or none; max_len bounds a table), ``tie_embeddings``, ``pool``,
     ``init`` (``paper``: §3.5, the only one). The Transformer-only keys (``n_heads``,
-    ``d_ff``, ``norm``, ``norm_type``, ``ffn``, ``attn_impl``, ``scale_embeddings``, …)
-    have defaults everywhere and are not used here.
+    ``d_ff``, ``norm``, ``norm_type``, ``ffn``, ``attn_impl``, ``scale_embeddings``,
+    ``embed_norm``, …) have defaults everywhere and are not used here.
     """
 
     feeding = Feeding(

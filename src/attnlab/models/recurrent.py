@@ -184,8 +184,8 @@ class RecurrentModel(Architecture):
     * ``xavier``, ``gpt2``: as for the Transformer (:mod:`attnlab.models.initialization`)
 
     The Transformer-only keys (``n_heads``, ``d_ff``, ``norm``, ``norm_type``, ``pos``,
-    ``ffn``, ``attn_impl``, ``attn_dropout``, ``max_len``, ``scale_embeddings``) have
-    defaults everywhere and are not used here.
+    ``ffn``, ``attn_impl``, ``attn_dropout``, ``max_len``, ``scale_embeddings``,
+    ``embed_norm``) have defaults everywhere and are not used here.
     """
 
     feeding = Feeding(

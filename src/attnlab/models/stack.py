@@ -84,6 +84,9 @@ def make_positions(cfg: ModelConfig, causal: bool, grid: tuple[int, int] | None)
 class TransformerStack(nn.Module):
     """Embed tokens, add positions, apply dropout, run the layers, final norm.
 
+    ``model.embed_norm`` normalises the summed embeddings before the dropout, as BERT does:
+    E = Dropout(LN(token + position)) (Devlin et al. 2019, §3.1; ``BertEmbeddings``).
+
     ``causal`` stacks are decoders (masked self-attention); ``cross`` adds
     cross-attention over an encoder's output.
     """
@@ -108,6 +111,7 @@ class TransformerStack(nn.Module):
         fully_causal = causal and not cfg.prefix_lm
         self.positions = make_positions(cfg, fully_causal, grid)
         self.dropout = Dropout(cfg.dropout)
+        self.embed_norm = make_norm(cfg.norm_type, cfg.d_model) if cfg.embed_norm else None
         depth = depth or StackDepth()
 
         def layer() -> nn.Module:
@@ -173,7 +177,8 @@ class TransformerStack(nn.Module):
             memory_inputs = AttentionInputs(mask=memory_mask)
 
         x = embeds if embeds is not None else self.embedding(tokens)
-        x = self.dropout(self.positions.embed(x, positions))
+        x = self.positions.embed(x, positions)
+        x = self.dropout(x if self.embed_norm is None else self.embed_norm(x))
         for i, layer in enumerate(self.layers):
             if self.causal:
                 layer_cache = cache.layers[i] if cache is not None else None
