@@ -154,10 +154,11 @@ def run(argv: list[str]) -> int:
 
     task = task_of(cfg)
     if fmt == "hf":  # refuse before any weight is read
+        from attnlab.cli.checkpoints import resolved
         from attnlab.export.hf import choose_mapping
         from attnlab.models import ModelConfig
 
-        settings = {**_resolved_model(cfg), "vocab_size": 8}
+        settings = {**(resolved(cfg, "model") or {}), "vocab_size": 8}
         choose_mapping(ModelConfig.from_dict(settings), task)
     tokenizer = load_tokenizer(run_dir / "tokenizer.json")
     model = load_model(cfg, ckpt, tokenizer.vocab_size, "cpu", task)
@@ -179,12 +180,6 @@ def run(argv: list[str]) -> int:
     shown = f" as {hf_class}" if hf_class else ""
     print(f"exported {ckpt.name}{shown} to {folder}")
     return 0
-
-
-def _resolved_model(cfg: Any) -> dict[str, Any]:
-    from attnlab.cli.checkpoints import resolved
-
-    return dict(resolved(cfg, "model") or {})
 
 
 def load_native(folder: str | Path) -> tuple[Any, Any, str]:

@@ -42,7 +42,6 @@ class Mapping:
     """One Hugging Face model class. ``needs``: the attnlab keys and the values it takes."""
 
     hf_class = ""
-    auto_class = "AutoModelForCausalLM"
     needs: dict[str, tuple[Any, ...]] = {}
     grouped_kv = False  # whether fewer K/V heads than query heads are expressible
 
@@ -248,7 +247,6 @@ class BertMapping(Mapping):
     pooler has no attnlab counterpart."""
 
     hf_class = "BertModel"
-    auto_class = "AutoModel"
     needs = {
         "name": ("encoder_only",), "norm": ("post",), "norm_type": ("layernorm",),
         "pos": ("learned",), "ffn": tuple(ACTIVATIONS), "attention": ("full",),
@@ -312,13 +310,7 @@ LLAMA_SIGNS = {"norm_type": "rmsnorm", "pos": "rope", "ffn": "swiglu"}
 def choose_mapping(cfg: ModelConfig, task: str) -> type[Mapping]:
     """The mapping that computes this model exactly, or a ConfigError naming the option."""
     if cfg.name == "encoder_only":
-        problem = BertMapping.mismatch(cfg)
-        if problem is not None:
-            raise ConfigError(
-                f"format=hf: {problem} has no equivalent in BertModel; export a model with "
-                "that option as listed, or use format=native"
-            )
-        return BertMapping
+        return _checked(BertMapping, cfg)
     if cfg.name != "decoder_only":
         raise ConfigError(
             "format=hf exports model=decoder_only (as GPT2LMHeadModel or LlamaForCausalLM) "
@@ -331,7 +323,10 @@ def choose_mapping(cfg: ModelConfig, task: str) -> type[Mapping]:
             "classification head has no counterpart in a causal-LM class: use format=native"
         )
     llama_like = any(getattr(cfg, k) == v for k, v in LLAMA_SIGNS.items())
-    mapping = LlamaMapping if llama_like else GPT2Mapping
+    return _checked(LlamaMapping if llama_like else GPT2Mapping, cfg)
+
+
+def _checked(mapping: type[Mapping], cfg: ModelConfig) -> type[Mapping]:
     problem = mapping.mismatch(cfg)
     if problem is not None:
         raise ConfigError(
