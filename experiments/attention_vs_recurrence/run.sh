@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# What does self-attention buy over recurrence with attention? (Vaswani et al. 2017, §6.1,
-# Table 2; Bahdanau et al. 2015, Fig. 2.) Multi30k de→en at equal training steps, 3 seeds each:
-#   the Transformer (multi30k_base's shape), LSTM + Bahdanau attention, LSTM + Luong attention
-#   (general, input feeding), and an LSTM encoder-decoder without attention: 12 runs.
-# Writes results.md and the plots next to this script.
-#   experiments/attention_vs_recurrence/run.sh                  # one job at a time (≈ 70 min, 2 cores)
-#   SWEEP=logs/…/multiruns/<existing> SKIP_TRAIN=1 experiments/attention_vs_recurrence/run.sh
-# Extra arguments go to every training run (a launcher, trainer.max_steps=…).
+# What does self-attention buy over the recurrent and convolutional encoder-decoders it replaced?
+# (Vaswani et al. 2017, §6.1, Table 2; Gehring et al. 2017; Bahdanau et al. 2015, Fig. 2.)
+# Multi30k de→en at equal training steps, 3 seeds each, in one sweep: the Transformer
+# (multi30k_base's shape), LSTM + Bahdanau attention, LSTM + Luong attention (general, input
+# feeding), an LSTM encoder-decoder without attention, and ConvS2S: 15 runs, two at a time with
+# one thread each (≈ 45 min on 2 cores); their raw runs are saved to runs/sweep. Then the tables
+# (results.md) and plots, and, when training or with MEASURE=1, throughput.md on this machine.
+#   attnlab-reproduce attention_vs_recurrence --train    # this script
+#   attnlab-reproduce attention_vs_recurrence --check    # the analysis of the committed runs
+# Extra arguments go to every training run (trainer.max_steps=…).
 source "$(dirname "$0")/../study.sh"
 SEEDS="${SEEDS:-0,1,2}"
 SWEEP="$(sweep_dir sweep "${SWEEP:-logs/study_recurrence/multiruns/$STAMP}")"
-EXPERIMENTS=study_recurrence_transformer,study_recurrence_lstm_bahdanau,study_recurrence_lstm_luong,study_recurrence_lstm_none
+EXPERIMENTS=study_recurrence_transformer,study_recurrence_lstm_bahdanau,study_recurrence_lstm_luong,study_recurrence_lstm_none,study_recurrence_conv
 
-train_sweep sweep "$SWEEP" experiment="$EXPERIMENTS" seed="$SEEDS" "$@"
+# two jobs at a time, one thread each
+OMP_NUM_THREADS=1 train_sweep sweep "$SWEEP" experiment="$EXPERIMENTS" seed="$SEEDS" \
+  hydra/launcher=joblib hydra.launcher.n_jobs=2 "$@"
 BUCKETS="test/bleu_len_01-10 test/bleu_len_11-15 test/bleu_len_16-20 test/bleu_len_21-25 test/bleu_len_26+"
 # shellcheck disable=SC2086  # metric lists
 "$PY" -m attnlab.compare "$SWEEP" --by experiment_name --vs-best \
@@ -27,7 +31,7 @@ BUCKETS="test/bleu_len_01-10 test/bleu_len_11-15 test/bleu_len_16-20 test/bleu_l
   --plot "$OUT/val_bleu.png" > /dev/null
 "$PY" -m attnlab.compare "$SWEEP" --by experiment_name --curve-metric val/loss \
   --plot "$OUT/val_loss.png" > /dev/null
-"$PY" "$HERE/time_to_bleu.py" "$SWEEP" >> "$OUT/results.md"
+"$PY" "$HERE/time_to_bleu.py" "$SWEEP" --bleu 3 5 10 >> "$OUT/results.md"
 "$PY" "$HERE/bleu_by_length_plot.py" "$SWEEP" "$OUT/bleu_by_length.png"
 if measuring; then
   { "$PY" -m attnlab.studies --machine; echo; "$PY" "$HERE/throughput.py"; } > "$OUT/throughput.md"

@@ -1,4 +1,4 @@
-"""Training throughput of the study's four models side by side, in one process.
+"""Training throughput of the study's five models side by side, in one process.
 
     python experiments/attention_vs_recurrence/throughput.py [--rounds 5] [--steps 5]
 
@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 EXPERIMENTS = ("study_recurrence_transformer", "study_recurrence_lstm_bahdanau",
-               "study_recurrence_lstm_luong", "study_recurrence_lstm_none")  # fmt: skip
+               "study_recurrence_lstm_luong", "study_recurrence_lstm_none",
+               "study_recurrence_conv")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
