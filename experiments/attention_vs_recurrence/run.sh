@@ -5,7 +5,8 @@
 # (multi30k_base's shape), LSTM + Bahdanau attention, LSTM + Luong attention (general, input
 # feeding), an LSTM encoder-decoder without attention, and ConvS2S: 15 runs, two at a time with
 # one thread each (≈ 45 min on 2 cores); their raw runs are saved to runs/sweep. Then the tables
-# (results.md) and plots, and, when training or with MEASURE=1, throughput.md on this machine.
+# (results.md) and plots, and, when training or with MEASURE=1, throughput.md and decoding.md
+# on this machine.
 #   attnlab-reproduce attention_vs_recurrence --train    # this script
 #   attnlab-reproduce attention_vs_recurrence --check    # the analysis of the committed runs
 # Extra arguments go to every training run (trainer.max_steps=…).
@@ -35,5 +36,6 @@ BUCKETS="test/bleu_len_01-10 test/bleu_len_11-15 test/bleu_len_16-20 test/bleu_l
 "$PY" "$HERE/bleu_by_length_plot.py" "$SWEEP" "$OUT/bleu_by_length.png"
 if measuring; then
   { "$PY" -m attnlab.studies --machine; echo; "$PY" "$HERE/throughput.py"; } > "$OUT/throughput.md"
+  { "$PY" -m attnlab.studies --machine; echo; "$PY" "$HERE/decoding.py"; } > "$OUT/decoding.md"
 fi
 echo "wrote $OUT/results.md and plots (runs: $SWEEP)"
