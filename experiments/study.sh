@@ -12,6 +12,7 @@
 #                            RUNS/NAME (nothing when SKIP_TRAIN is set)
 #   measuring                true when the hardware measurements run: when training, or when
 #                            MEASURE is set
+#   measure SCRIPT FILE      runs HERE/SCRIPT into OUT/FILE, after the machine line
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[1]}")" && pwd)"
 cd "$HERE/../.."
@@ -36,3 +37,5 @@ train_sweep() {
 }
 
 measuring() { [ -z "${SKIP_TRAIN:-}" ] || [ -n "${MEASURE:-}" ]; }
+
+measure() { { "$PY" -m attnlab.studies --machine; echo; "$PY" "$HERE/$1"; } > "$OUT/$2"; }

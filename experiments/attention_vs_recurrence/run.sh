@@ -35,7 +35,7 @@ BUCKETS="test/bleu_len_01-10 test/bleu_len_11-15 test/bleu_len_16-20 test/bleu_l
 "$PY" "$HERE/time_to_bleu.py" "$SWEEP" --bleu 3 5 10 >> "$OUT/results.md"
 "$PY" "$HERE/bleu_by_length_plot.py" "$SWEEP" "$OUT/bleu_by_length.png"
 if measuring; then
-  { "$PY" -m attnlab.studies --machine; echo; "$PY" "$HERE/throughput.py"; } > "$OUT/throughput.md"
-  { "$PY" -m attnlab.studies --machine; echo; "$PY" "$HERE/decoding.py"; } > "$OUT/decoding.md"
+  measure throughput.py throughput.md
+  measure decoding.py decoding.md
 fi
 echo "wrote $OUT/results.md and plots (runs: $SWEEP)"

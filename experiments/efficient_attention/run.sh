@@ -58,6 +58,6 @@ fi
 "$PY" -m attnlab.compare "$MQAR" --by model.attention --curve-metric val/acc \
   --plot "$OUT/mqar_val_acc.png" > /dev/null
 if measuring; then
-  { "$PY" -m attnlab.studies --machine; echo; "$PY" "$HERE/cost.py"; } > "$OUT/cost.md"
+  measure cost.py cost.md
 fi
 echo "wrote $OUT/results.md and plots (runs: $LM, $LM_KV, $MQAR)"
