@@ -155,6 +155,24 @@ def test_vs_picks_two_of_several_groups_by_unique_part_of_label(tmp_path, capsys
     assert f"model.norm=sandwich vs model.norm=pre: t={expected.statistic:.3g}" in out
 
 
+def test_repeated_vs_makes_planned_comparisons_holm_corrected_over_them(tmp_path, capsys):
+    groups = {"pre": PRE, "post": POST, "sandwich": [0.4, 0.45, 0.5]}
+    sweep = norm_sweep(tmp_path, groups)
+    code, out, _ = run_cli(capsys, sweep, "--vs", "sandwich", "pre", "--vs", "post", "pre")
+    p = [stats.ttest_ind(groups[a], PRE, equal_var=False).pvalue for a in ("sandwich", "post")]
+    lines = [line for line in out.splitlines() if line.startswith("Welch")]
+    assert code == 0 and len(lines) == 2
+    assert "model.norm=sandwich vs model.norm=pre" in lines[0]
+    assert "model.norm=post vs model.norm=pre" in lines[1]
+    # Holm over the two: the smaller p times 2, the larger kept monotone and at most 1
+    low, high = sorted(p)
+    expected = {low: min(1.0, 2 * low), high: min(1.0, max(2 * low, high))}
+    for line, raw in zip(lines, p, strict=True):
+        assert f"Holm p={expected[raw]:.3g}" in line
+    code, _, err = run_cli(capsys, sweep, "--vs", "post", "pre", "--vs", "pre", "model.norm=pre")
+    assert code == 2 and "names the same group" in err
+
+
 def test_vs_best_tests_the_best_group_against_each_other_group(tmp_path, capsys):
     sweep = norm_sweep(tmp_path, {"pre": PRE, "post": POST, "sandwich": [0.4, 0.45]})
     code, out, _ = run_cli(capsys, sweep, "--vs-best")

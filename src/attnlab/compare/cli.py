@@ -81,8 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--vs",
         nargs=2,
+        action="append",
         metavar=("A", "B"),
-        help="Welch t-test between two groups (labels or unique parts of them)",
+        help="Welch t-test between two groups (labels or unique parts of them); repeat it "
+        "for planned comparisons, Holm-corrected over the pairs given",
     )
     p.add_argument(
         "--vs-best",
@@ -203,10 +205,12 @@ def _welch_lines(
 ) -> list[str]:
     """The tests to print: --vs, --vs-best, --all-pairs, or the pair when there are two groups."""
     if args.vs:
-        a, b = (resolve_group(groups, q) for q in args.vs)
-        if a is b:
-            raise UserError(f"--vs {' '.join(args.vs)} names the same group ({a.label}) twice")
-        pairs = [(a, b)]
+        pairs = []
+        for queries in args.vs:
+            a, b = (resolve_group(groups, q) for q in queries)
+            if a is b:
+                raise UserError(f"--vs {' '.join(queries)} names the same group ({a.label}) twice")
+            pairs.append((a, b))
     elif args.vs_best:
         best = [g for g, row in zip(groups, rows, strict=True) if row["best"]]
         if not best:
