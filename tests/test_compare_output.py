@@ -43,6 +43,31 @@ def test_twenty_groups_get_twenty_distinct_colour_and_line_style_pairs(tmp_path)
     assert fig.legends and not fig.axes[0].get_legend()  # many groups: legend below the axes
 
 
+def test_a_legend_of_long_labels_below_the_axes_fits_inside_the_figure(tmp_path):
+    keys = ["model.norm={}", "optim.warmup_steps={}", "optim.lr={}"]
+    for g in range(12):
+        setting = (("post", "pre")[g % 2], 50 * (g // 4), (0.0005, 0.001)[g // 2 % 2])
+        overrides = [k.format(v) for k, v in zip(keys, setting, strict=True)]
+        write_run(tmp_path / str(g), [*overrides, "seed=0"], {"val/loss": 0.5})
+    fig = plot_curves(group_runs(load_runs([str(tmp_path)])), "val/loss")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()  # the constrained layout places the legend when drawn
+    renderer = canvas.get_renderer()
+    legend, page = fig.legends[0].get_window_extent(renderer), fig.bbox
+    assert page.x0 <= legend.x0 and legend.x1 <= page.x1 and page.y0 <= legend.y0
+
+
+@pytest.mark.parametrize(("values", "scale"), [((0.8, 2.0, 40.0), "linear"), ((0.8, 9e3), "log")])
+def test_curves_spanning_more_than_three_decades_get_a_log_axis(tmp_path, values, scale):
+    for g, top in enumerate(values):
+        curve = [(0, 0.8), (10, top)]
+        write_run(tmp_path / str(g), [f"model.norm=n{g}", "seed=0"], {"val/loss": 1}, curve=curve)
+    fig = plot_curves(group_runs(load_runs([str(tmp_path)])), "val/loss")
+    assert fig.axes[0].get_yscale() == scale
+
+
 def test_latex_format_is_a_booktabs_tabular_with_escaped_cells(tmp_path, capsys):
     code, out, err = run_cli(capsys, norm_sweep(tmp_path), "--format", "latex")
     assert code == 0 and r"\begin{tabular}{lrrllll}" in out

@@ -32,6 +32,8 @@ PLOT_FORMATS = ("png", "pdf", "svg")  # --plot FILE writes the format its suffix
 LINE_STYLES = ("-", "--", ":", "-.")
 DISTINCT_GROUPS = 20  # lcm(len(tab10), len(LINE_STYLES))
 LEGEND_INSIDE_UP_TO = 6  # more groups than this and the legend goes below the axes
+LEGEND_HALF_WIDTH_CHARS = 46  # the longest label that fits one of two columns at x-small
+LOG_SCALE_DECADES = 3  # curves spanning more than this many powers of ten get a log y axis
 
 
 def plot_format(path: str | os.PathLike[str]) -> str:
@@ -53,6 +55,13 @@ def group_style(index: int) -> dict[str, str]:
         "color": colours[index % len(colours)],
         "linestyle": LINE_STYLES[index % len(LINE_STYLES)],
     }
+
+
+def spans_decades(values: Sequence[np.ndarray], decades: float = LOG_SCALE_DECADES) -> bool:
+    """Whether the values are all positive and their max/min exceeds 10**decades: the y
+    axis is then logarithmic, so that the small curves do not lie flat on zero."""
+    every = np.concatenate([np.ravel(v) for v in values])
+    return bool(every.size and every.min() > 0 and every.max() / every.min() > 10**decades)
 
 
 def align_curves(curves: Sequence[Curve]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -108,23 +117,26 @@ def plot_curves(
         )
     fmt = plot_format(path) if path is not None else None
     many = len(per_group) > LEGEND_INSIDE_UP_TO
+    labels = [f"{group.label} (n={len(curves)})" for group, curves in per_group]
+    # two legend columns below the axes, one when a label would not fit in half the width
+    ncols = 2 if max(len(label) for label in labels) <= LEGEND_HALF_WIDTH_CHARS else 1
+    rows = -(-len(per_group) // ncols)
     # 5.5 in: legible at a paper's text width, and still at a column's when scaled
-    fig = Figure(
-        figsize=(5.5, 3.6 + (0.18 * ((len(per_group) + 1) // 2) if many else 0)),
-        layout="constrained",
-    )
+    fig = Figure(figsize=(5.5, 3.6 + (0.18 * rows if many else 0)), layout="constrained")
     ax = fig.add_subplot()
-    for i, (group, curves) in enumerate(per_group):
+    for i, ((_, curves), label) in enumerate(zip(per_group, labels, strict=True)):
         steps, mean, low, high = align_curves(curves)
         style = group_style(i)
-        ax.plot(steps, mean, label=f"{group.label} (n={len(curves)})", linewidth=1.4, **style)
+        ax.plot(steps, mean, label=label, linewidth=1.4, **style)
         ax.fill_between(steps, low, high, color=style["color"], alpha=0.15, linewidth=0)
     ax.set_xlabel(AXIS_LABELS[axis])
     ax.set_ylabel(metric)
+    if spans_decades([v for _, curves in per_group for _, v in curves]):
+        ax.set_yscale("log")  # a quantity that grows by orders of magnitude (gradient ratios)
     ax.set_title(f"{metric}: mean over runs, band = min–max", fontsize="medium")
     ax.grid(alpha=0.3)
-    if many:  # below the axes, two columns, so the curves keep the whole plot
-        fig.legend(loc="outside lower center", ncols=2, fontsize="x-small", frameon=False)
+    if many:  # below the axes, so the curves keep the whole plot
+        fig.legend(loc="outside lower center", ncols=ncols, fontsize="x-small", frameon=False)
     else:
         ax.legend(fontsize="small")
     if path is not None:
