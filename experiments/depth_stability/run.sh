@@ -3,10 +3,10 @@
 # (Liu et al. 2020; Xiong et al. 2020, §3.3). First the gradient-norm profile at
 # initialisation (one batch, no training, ~1–2 min), then the training sweep (27 runs), then
 # results.md and the plots next to this script.
-#   experiments/depth_stability/run.sh
-#   PROFILE_ONLY=1 experiments/depth_stability/run.sh   # the cheap part only
-#   experiments/depth_stability/run.sh hydra/launcher=joblib hydra.launcher.n_jobs=2  # 2 at once
-#   SWEEP=logs/study_depth/multiruns/<existing> SKIP_TRAIN=1 …/run.sh   # re-tabulate only
+# The sweep runs two jobs at a time with one thread each; its raw runs are saved to runs/sweep.
+#   attnlab-reproduce depth_stability --train    # this script
+#   attnlab-reproduce depth_stability --check    # the analysis of the committed runs
+#   PROFILE_ONLY=1 experiments/depth_stability/run.sh   # the gradient profile only
 source "$(dirname "$0")/../study.sh"
 SEEDS="${SEEDS:-0,1,2}"
 SWEEP="$(sweep_dir sweep "${SWEEP:-logs/study_depth/multiruns/$STAMP}")"
@@ -17,9 +17,10 @@ if measuring; then  # gradients at initialisation: no training, so no raw runs
 fi
 [ -n "${PROFILE_ONLY:-}" ] && exit 0
 
-# diverged deep Post-LN runs are an expected outcome
-train_sweep sweep "$SWEEP" experiment=study_depth \
-    model.n_layers=6,12,24 model.norm=pre,post,deepnorm seed="$SEEDS" "$@"
+# diverged deep Post-LN runs are an expected outcome; two jobs at a time, one thread each
+OMP_NUM_THREADS=1 train_sweep sweep "$SWEEP" experiment=study_depth \
+    model.n_layers=6,12,24 model.norm=pre,post,deepnorm seed="$SEEDS" \
+    hydra/launcher=joblib hydra.launcher.n_jobs=2 "$@"
 
 BY=(--by model.norm model.n_layers)
 "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --metric test/bleu val/loss test/loss wall_s \

@@ -1,17 +1,32 @@
 #!/usr/bin/env bash
 # Pre-LN vs Post-LN × warmup × peak learning rate on Multi30k de→en (Xiong et al. 2020, §3.2).
-# Runs the sweep (36 runs: 12 settings × 3 seeds), then writes results.md and the plots next to this script.
-#   experiments/preln_vs_postln_warmup/run.sh
+# Runs the sweep (36 runs: 12 settings × 3 seeds, two at a time with one thread each), saves
+# their raw runs to runs/sweep, then writes results.md and the plots next to this script.
+#   attnlab-reproduce preln_vs_postln_warmup --train    # this script
+#   attnlab-reproduce preln_vs_postln_warmup --check    # the analysis of the committed runs
 #   SEEDS=0,1 experiments/preln_vs_postln_warmup/run.sh          # fewer seeds
-#   experiments/preln_vs_postln_warmup/run.sh hydra/launcher=joblib hydra.launcher.n_jobs=2  # 2 at once
-#   SWEEP=logs/study_preln_postln/multiruns/<existing> SKIP_TRAIN=1 …/run.sh   # re-tabulate only
+#   GATE=1 experiments/preln_vs_postln_warmup/run.sh   # also the gate run (the baseline for
+#                                           4 epochs, ≈ 10 min at one thread) into runs/gate
+# Extra arguments go to every training run (trainer.max_steps=…).
 source "$(dirname "$0")/../study.sh"
 SEEDS="${SEEDS:-0,1,2}"
 SWEEP="$(sweep_dir sweep "${SWEEP:-logs/study_preln_postln/multiruns/$STAMP}")"
 
-# diverged Post-LN runs are an expected outcome here
-train_sweep sweep "$SWEEP" experiment=study_preln_postln \
-    model.norm=pre,post optim.warmup_steps=0,500,4000 optim.lr=5e-4,1e-3 seed="$SEEDS" "$@"
+# diverged Post-LN runs are an expected outcome here; two jobs at a time, one thread each
+OMP_NUM_THREADS=1 train_sweep sweep "$SWEEP" experiment=study_preln_postln \
+    model.norm=pre,post optim.warmup_steps=0,50 optim.lr=5e-4,1e-3,2e-3 seed="$SEEDS" \
+    hydra/launcher=joblib hydra.launcher.n_jobs=2 "$@"
+
+# the gate: the baseline (Pre-LN, warmup 50, lr 1e-3) at multi30k_base's budget of 4 epochs
+if [ -n "${GATE:-}" ] && [ -z "${SKIP_TRAIN:-}" ]; then
+  OMP_NUM_THREADS=1 "$PY" -m attnlab.train trainer.enable_progress_bar=false \
+    experiment=study_preln_postln model.norm=pre optim.warmup_steps=50 optim.lr=1e-3 \
+    trainer.max_steps=-1 trainer.max_epochs=4 hydra.run.dir="logs/gates/preln_baseline_4ep_$STAMP"
+  OMP_NUM_THREADS=1 "$PY" -m attnlab.studies --save-runs "logs/gates/preln_baseline_4ep_$STAMP" \
+    "$RUNS/gate"
+fi
+"$PY" -m attnlab.compare "$RUNS/gate" --metric test/bleu val/bleu val/loss test/loss \
+  > "$OUT/gate.md" 2> /dev/null
 
 BY=(--by model.norm optim.warmup_steps optim.lr)
 "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --metric test/bleu val/bleu val/loss test/loss \
@@ -20,14 +35,21 @@ BY=(--by model.norm optim.warmup_steps optim.lr)
   "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --metric val/loss --vs-best | grep '^Welch'
   echo
   "$PY" -m attnlab.compare "$SWEEP" --by model.norm --metric test/bleu val/loss --vs pre post
-  echo
-  # planned comparisons the README reads (Holm over these three and the pooled test there)
-  label() { set -- $1; echo "model.norm=$1 optim.warmup_steps=$2 optim.lr=$3"; }
-  for pair in "post 500 0.001|post 0 0.001" "post 500 0.0005|post 0 0.0005" \
-              "pre 0 0.0005|post 0 0.0005"; do
-    IFS='|' read -r a b <<< "$pair"
-    "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --metric test/bleu --vs "$(label "$a")" \
-        "$(label "$b")" | grep '^Welch'
+  # planned comparisons at each peak rate, Holm over the nine of each metric: warmup against
+  # none for Post-LN and for Pre-LN, and Pre-LN against Post-LN without warmup
+  PLANNED=()
+  for lr in 0.0005 0.001 0.002; do
+    for norm in post pre; do
+      PLANNED+=(--vs "model.norm=$norm optim.warmup_steps=50 optim.lr=$lr"
+                     "model.norm=$norm optim.warmup_steps=0 optim.lr=$lr")
+    done
+    PLANNED+=(--vs "model.norm=pre optim.warmup_steps=0 optim.lr=$lr"
+                   "model.norm=post optim.warmup_steps=0 optim.lr=$lr")
+  done
+  for metric in test/bleu val/loss; do
+    echo
+    "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --metric "$metric" "${PLANNED[@]}" \
+      | grep '^Welch\|^In each line'
   done
 } >> "$OUT/results.md"
 "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --curve-metric train/loss \
