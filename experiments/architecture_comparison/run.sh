@@ -1,50 +1,70 @@
 #!/usr/bin/env bash
 # Encoder-decoder vs decoder-only (causal LM, prefix LM) vs encoder-only (Raffel et al. 2020, §3.2,
-# Table 2), on two tasks, 3 seeds each:
-#   translation  Multi30k de→en: encdec 4+4, encdec 2+2, causal LM, prefix LM (12 runs)
-#   sst2         SST-2 sentiment: encoder-only, causal LM, prefix LM, encdec 4+4, encdec 2+2 (15 runs)
-# then writes results_<part><TAG>.md and the plots next to this script: the table (bootstrap CIs),
-# then every pair of architectures tested on the two metrics the README reads (Welch, Holm over
-# the pairs of each metric).
-#   experiments/architecture_comparison/run.sh                    # both parts, one job at a time
-#   experiments/architecture_comparison/run.sh hydra/launcher=joblib hydra.launcher.n_jobs=2
+# Table 2), on two tasks, 3 seeds each, two jobs at a time with one thread each:
+#   translation            Multi30k de→en: encdec 4+4, encdec 2+2, causal LM, prefix LM (12 runs)
+#   translation_600steps   the same at a quarter of the budget (12 runs)
+#   sst2                   SST-2: encoder-only, causal LM, prefix LM, encdec 4+4, encdec 2+2 (15 runs)
+# saves their raw runs to runs/<part>, then writes results_<part>.md and the plots next to this
+# script: the table (bootstrap CIs), then every pair of architectures tested on the two metrics
+# the README reads (Welch, Holm over the pairs of each metric), and gate.md.
+#   attnlab-reproduce architecture_comparison --train   # this script: all three parts
+#   attnlab-reproduce architecture_comparison --check   # the analysis of the committed runs
 #   PART=sst2 experiments/architecture_comparison/run.sh          # one part
-#   PART=sst2 SWEEP=logs/…/multiruns/<existing> SKIP_TRAIN=1 …/run.sh   # re-tabulate only
-#   PART=translation TAG=_600steps …/run.sh trainer.max_steps=600 trainer.val_check_interval=100
-# Extra arguments go to every training run (a launcher, trainer.max_steps=…); TAG names the outputs
-# of such a variant so that the main tables are kept.
+#   GATE=1 experiments/architecture_comparison/run.sh   # also the gate run (the 4 + 4
+#                         encoder-decoder for 4 epochs, ≈ 11 min at one thread) into runs/gate
+#   PART=translation TAG=_lr3e-3 …/run.sh optim.lr=3e-3  # a variant, in results_translation_lr3e-3.md
+# Extra arguments go to every training run of the parts chosen; TAG names the outputs (and the
+# raw runs' folder) of such a variant so that the main tables are kept.
 source "$(dirname "$0")/../study.sh"
 SEEDS="${SEEDS:-0,1,2}"
 TAG="${TAG:-}"
 
-run_part() {  # part, experiments, metrics, metric for the curves' plot, second metric to test
-  local part="$1" experiments="$2" metrics="$3" curve="$4" second="$5"
+run_part() {  # name, experiments, metrics, metric for the curves' plot, second metric, overrides…
+  local name="$1" experiments="$2" metrics="$3" curve="$4" second="$5"
+  shift 5
   local sweep
-  sweep="$(sweep_dir "${part}${TAG}" "${SWEEP:-logs/study_architectures/multiruns/${part}${TAG}_$STAMP}")"
-  local out="$OUT/results_${part}${TAG}.md" first="${metrics%% *}"
-  train_sweep "${part}${TAG}" "$sweep" experiment="$experiments" seed="$SEEDS" "${EXTRA[@]}"
+  sweep="$(sweep_dir "$name" "${SWEEP:-logs/study_architectures/multiruns/${name}_$STAMP}")"
+  local out="$OUT/results_${name}.md" first="${metrics%% *}"
+  OMP_NUM_THREADS=1 train_sweep "$name" "$sweep" experiment="$experiments" seed="$SEEDS" \
+      hydra/launcher=joblib hydra.launcher.n_jobs=2 "$@"
   # shellcheck disable=SC2086  # $metrics is a list of metric names
   "$PY" -m attnlab.compare "$sweep" --by experiment_name --metric $metrics \
-      --plot "$OUT/${part}${TAG}_val_loss.png" > "$out"
+      --plot "$OUT/${name}_val_loss.png" > "$out"
   for metric in "$first" "$second"; do  # every pair, Holm over the pairs of each metric
     echo
     "$PY" -m attnlab.compare "$sweep" --by experiment_name --metric "$metric" --all-pairs \
       | grep '^Welch\|^In each line'
   done >> "$out"
   "$PY" -m attnlab.compare "$sweep" --by experiment_name --curve-metric "$curve" \
-      --plot "$OUT/${part}${TAG}_${curve//\//_}.png" > /dev/null
+      --plot "$OUT/${name}_${curve//\//_}.png" > /dev/null
   echo "wrote $out and plots (runs: $sweep)"
 }
 
-EXTRA=("$@")
+TRANSLATION=(
+  study_architectures_encdec,study_architectures_encdec_half,study_architectures_lm,study_architectures_prefix_lm
+  "test/bleu val/bleu val/loss test/loss params tokens_per_sec" val/bleu val/loss
+)
+SST2=(
+  study_architectures_sst2_encoder,study_architectures_sst2_lm,study_architectures_sst2_prefix_lm,study_architectures_sst2_encdec,study_architectures_sst2_encdec_half
+  "test/acc val/acc test/loss params tokens_per_sec" val/acc val/acc
+)
 PART="${PART:-all}"
 if [ "$PART" = all ] || [ "$PART" = translation ]; then
-  run_part translation \
-    study_architectures_encdec,study_architectures_encdec_half,study_architectures_lm,study_architectures_prefix_lm \
-    "test/bleu val/bleu val/loss test/loss params tokens_per_sec" val/bleu val/loss
+  run_part "translation$TAG" "${TRANSLATION[@]}" "$@"
+fi
+if [ "$PART" = all ] || [ "$PART" = translation_600steps ]; then
+  run_part "translation_600steps$TAG" "${TRANSLATION[@]}" \
+      trainer.max_steps=600 trainer.val_check_interval=100 "$@"
 fi
 if [ "$PART" = all ] || [ "$PART" = sst2 ]; then
-  run_part sst2 \
-    study_architectures_sst2_encoder,study_architectures_sst2_lm,study_architectures_sst2_prefix_lm,study_architectures_sst2_encdec,study_architectures_sst2_encdec_half \
-    "test/acc val/acc test/loss params tokens_per_sec" val/acc val/acc
+  run_part "sst2$TAG" "${SST2[@]}" "$@"
 fi
+
+# the gate: the translation baseline (4 + 4 encoder-decoder) at multi30k_base's 4 epochs
+if [ -n "${GATE:-}" ]; then
+  OMP_NUM_THREADS=1 train_sweep gate "logs/gates/architectures_encdec_4ep_$STAMP" \
+      experiment=study_architectures_encdec trainer.max_steps=-1 trainer.max_epochs=4
+fi
+# one run: its warning about fewer than 3 runs is dropped, any error still shows
+"$PY" -m attnlab.compare "$RUNS/gate" --metric test/bleu val/bleu val/loss test/loss \
+  > "$OUT/gate.md" 2> >(grep -v '^warning: ' >&2)
