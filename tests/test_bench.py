@@ -150,16 +150,29 @@ def test_matmul_share_counts_matrix_products_against_all_operators() -> None:
     assert 0.0 < mixed < 1.0
 
 
-def test_gpt2_comparison_reports_the_matmul_floor() -> None:
-    pytest.importorskip("transformers")
+@pytest.mark.parametrize(
+    ("case", "theirs"),
+    [("decoder_only_vs_hf_gpt2", "hf_gpt2"), ("encoder_decoder_vs_torch_transformer",
+                                              "torch_transformer")],
+)
+def test_training_comparisons_report_the_matmul_and_kernel_floors(case: str, theirs: str) -> None:
+    if theirs == "hf_gpt2":
+        pytest.importorskip("transformers")
+    from attnlab.bench import cases
+
     effort = Effort(rounds=1, calls=1, warmup=1)
-    result = decoder_only_vs_hf_gpt2(SIZES["tiny"], effort)
-    shares = result["matmul_share"]
-    assert set(shares) == {"attnlab", "hf_gpt2"} and all(0 < s < 1 for s in shares.values())
-    expected = shares["attnlab"] * result["contenders"]["attnlab"]["median_s"]
-    assert result["floor_ratio"] == pytest.approx(
-        expected / result["contenders"]["hf_gpt2"]["median_s"]
+    result = getattr(cases, case)(SIZES["tiny"], effort)
+    shares, attention = result["matmul_share"], result["attention_share"]
+    assert set(shares) == set(attention) == {"attnlab", theirs}
+    assert all(0 < s < 1 for s in shares.values())
+    assert all(0 <= attention[name] and shares[name] + attention[name] < 1 for name in shares)
+    medians = {name: timed["median_s"] for name, timed in result["contenders"].items()}
+    per_step = medians["attnlab"] / medians[theirs]
+    assert result["floor_ratio"] == pytest.approx(shares["attnlab"] * per_step)
+    assert result["kernel_floor_ratio"] == pytest.approx(
+        (shares["attnlab"] + attention["attnlab"]) * per_step
     )
+    assert result["attention_share"]["attnlab"] > 0  # both run the fused attention kernel
 
 
 def test_bench_arguments_are_read_before_torch_is_imported() -> None:

@@ -23,7 +23,7 @@ from attnlab.bench.contenders import (
     random_tokens,
     training_step,
 )
-from attnlab.bench.timing import Timing, interleave, matmul_share, synchronize
+from attnlab.bench.timing import Timing, interleave, kernel_shares, matmul_share, synchronize
 from attnlab.inference.generation import NEVER_GENERATED, DecodeConfig, generate
 from attnlab.special_tokens import PAD
 
@@ -49,7 +49,7 @@ RATIO_MEANING = {
 # the targets on a 2-core CPU; other ratios are reported without one
 TARGETS = {
     "decoder_only_vs_hf_gpt2": ("<=", 0.8),
-    "encoder_decoder_vs_torch_transformer": ("<=", 1.0),
+    "encoder_decoder_vs_torch_transformer": ("<=", 0.8),
     "lightning_overhead": ("<=", 1.05),
     "kv_cache_speedup": (">=", 8.0),
     "decoder_only_generate_vs_hf": (">=", 2.0),
@@ -114,15 +114,24 @@ def decoder_only_vs_hf_gpt2(size: BenchSize, effort: Effort) -> dict[str, Any]:
 
 
 def matmul_floor(steps: dict[str, Any], timing: Timing, ours: str, theirs: str) -> dict[str, Any]:
-    """How far the ratio could fall if only the matrix products cost anything.
+    """How far the ratio could fall if only the matrix products (and the attention kernel)
+    cost anything.
 
-    ``matmul_share`` per contender (profiled), and ``floor_ratio`` = our time in matrix
-    products / their whole step: the ratio attnlab would reach if everything else in its
-    step were free. When both run the same products, no other change can go below it.
+    ``matmul_share`` and ``attention_share`` per contender (profiled); ``floor_ratio`` = our
+    time in matrix products / their whole step: the ratio attnlab would reach if everything
+    else in its step were free; ``kernel_floor_ratio`` the same with the fused attention
+    kernel counted too. When both run the same products and the same attention kernel, no
+    other change can go below them.
     """
-    shares = {name: matmul_share(step) for name, step in steps.items()}
-    floor = shares[ours] * timing.median(ours) / timing.median(theirs)
-    return {"matmul_share": shares, "floor_ratio": floor}
+    shares = {name: kernel_shares(step) for name, step in steps.items()}
+    per_step = timing.median(ours) / timing.median(theirs)
+    ours_shares = shares[ours]
+    return {
+        "matmul_share": {name: share["matmul"] for name, share in shares.items()},
+        "attention_share": {name: share["attention"] for name, share in shares.items()},
+        "floor_ratio": ours_shares["matmul"] * per_step,
+        "kernel_floor_ratio": (ours_shares["matmul"] + ours_shares["attention"]) * per_step,
+    }
 
 
 def encoder_decoder_vs_torch_transformer(size: BenchSize, effort: Effort) -> dict[str, Any]:
@@ -134,7 +143,11 @@ def encoder_decoder_vs_torch_transformer(size: BenchSize, effort: Effort) -> dic
         "attnlab": training_step(ours.to(effort.device), inputs, labels),
         "torch_transformer": training_step(theirs.to(effort.device), inputs, labels),
     }
-    return _result(_time(steps, effort), "attnlab", "torch_transformer")
+    timing = _time(steps, effort)
+    extra: dict[str, Any] = {}
+    if effort.device.type == "cpu":  # the same products and attention kernel in both
+        extra = matmul_floor(steps, timing, "attnlab", "torch_transformer")
+    return _result(timing, "attnlab", "torch_transformer", **extra)
 
 
 def sdpa_vs_math(size: BenchSize, effort: Effort) -> dict[str, Any]:

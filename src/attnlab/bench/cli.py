@@ -91,7 +91,10 @@ def _line(size: str, key: str, result: dict[str, Any]) -> str:
         verdict += (f"({result['graphs']} graph(s), {result['graph_breaks']} break(s), "
                     f"compiled in {result['compile_s']:.0f} s)")  # fmt: skip
     if "floor_ratio" in result:  # the ratio if only attnlab's matrix products took time
-        verdict += f" (matmul floor {result['floor_ratio']:.2f})"
+        verdict += f" (matmul floor {result['floor_ratio']:.2f}"
+        if "kernel_floor_ratio" in result:  # the attention kernel counted as well
+            verdict += f", with the attention kernel {result['kernel_floor_ratio']:.2f}"
+        verdict += ")"
     return (
         f"{size:<6} {key:<38} {1e3 * first:>10.2f} ms {1e3 * second:>10.2f} ms "
         f"{result['ratio']:>7.3f}  {verdict}"

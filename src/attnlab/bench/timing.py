@@ -106,14 +106,17 @@ def _native_stderr_silenced() -> Iterator[None]:
 
 # the matrix products of a training step (linear layers, attention scores, their gradients)
 MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
+# the fused attention kernels and their backward (on a CPU: the flash kernel for the CPU)
+ATTENTION_OP_PREFIX = "aten::_scaled_dot_product"
 
 
-def matmul_share(step: Step, calls: int = 2) -> float:
-    """Fraction of ``step``'s CPU operator time spent in matrix products (torch.profiler).
+def kernel_shares(step: Step, calls: int = 2) -> dict[str, float]:
+    """Fractions of ``step``'s CPU operator time in matrix products (``matmul``) and in the
+    fused attention kernels (``attention``), from torch.profiler.
 
-    Self CPU time of the ``MATMUL_OPS`` over the self CPU time of every operator, over
+    Self CPU time of those operators over the self CPU time of every operator, over
     ``calls`` calls after one untimed call. The profiler's own overhead is per operator and
-    small next to the products it is used on (d_model ≥ 128); the share is an estimate.
+    small next to the products it is used on (d_model ≥ 128); the shares are estimates.
     """
     from torch.profiler import ProfilerActivity, profile
 
@@ -121,9 +124,18 @@ def matmul_share(step: Step, calls: int = 2) -> float:
     with _native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(calls):
             step()
-    total = matmul = 0.0
+    total = matmul = attention = 0.0
     for event in prof.key_averages():
         total += event.self_cpu_time_total
         if event.key in MATMUL_OPS:
             matmul += event.self_cpu_time_total
-    return matmul / total if total else 0.0
+        elif event.key.startswith(ATTENTION_OP_PREFIX):
+            attention += event.self_cpu_time_total
+    if not total:
+        return {"matmul": 0.0, "attention": 0.0}
+    return {"matmul": matmul / total, "attention": attention / total}
+
+
+def matmul_share(step: Step, calls: int = 2) -> float:
+    """Fraction of ``step``'s CPU operator time spent in matrix products (torch.profiler)."""
+    return kernel_shares(step, calls)["matmul"]
