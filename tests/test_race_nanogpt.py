@@ -69,6 +69,20 @@ def test_the_reading_is_against_the_faster_nanogpt_and_steps_are_parsed(capsys) 
     assert "the faster nanoGPT (nanogpt_compiled): 0.850" in capsys.readouterr().out
 
 
+def test_the_ratio_is_split_into_the_steps_and_the_time_outside_them(capsys) -> None:
+    race = load_race()
+    rounds = [{"nanogpt": {"seconds": 100.0, "val_loss": 1.9, "step_ms": 45.0},
+               "attnlab": {"seconds": 96.0, "val_loss": 1.8, "step_ms": 40.0}}]  # fmt: skip
+    report = race.summarise(rounds, ["nanogpt", "attnlab"], steps_run=2000)
+    # steps: nanoGPT 90 s, attnlab 80 s; outside them 10 s and 16 s
+    assert report["outside_steps_s"] == pytest.approx({"nanogpt": 10.0, "attnlab": 16.0})
+    reading = report["ratios_to_nanogpt"]["attnlab/fastest_nanogpt"]
+    assert reading["of_medians"] == pytest.approx(0.96)
+    assert reading["step_ratio"] == pytest.approx(40 / 45)
+    assert reading["with_its_outside_time"] == pytest.approx(0.90)
+    assert "per training step 0.889" in capsys.readouterr().out
+
+
 def test_a_missing_nanogpt_is_one_line_and_exit_2(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "attnlab.bench.race_nanogpt", "--nanogpt", str(tmp_path)],

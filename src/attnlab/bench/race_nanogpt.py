@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"val loss {results[name]['val_loss']}  step "
                       f"{f'{step:.1f} ms' if step else '?'}", flush=True)  # fmt: skip
             rounds.append(results)
-    report = summarise(rounds, names)
+    report = summarise(rounds, names, args.max_iters)
     report["config"] = {"max_iters": args.max_iters, "rounds": args.rounds,
                         "cpu_count": os.cpu_count(), "python": sys.version.split()[0]}  # fmt: skip
     if args.json:
@@ -157,15 +157,24 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def summarise(rounds: list[dict[str, dict]], names: list[str]) -> dict:
+def summarise(
+    rounds: list[dict[str, dict]], names: list[str], steps_run: int | None = None
+) -> dict:
+    """Medians per contender and attnlab's ratios to each nanoGPT. With ``steps_run`` (the
+    training steps of each run) also each contender's time outside its training steps
+    (median seconds − steps × median step time: start-up, evaluation, checkpoints, the
+    test pass) and attnlab's ratio to the faster nanoGPT split into its two parts."""
     medians = {n: statistics.median(r[n]["seconds"] for r in rounds) for n in names}
     steps = {n: statistics.median(r[n]["step_ms"] for r in rounds) for n in names
              if all("step_ms" in r[n] for r in rounds)}  # fmt: skip
-    print(f"\n{'contender':<17} {'median s':>9} {'step ms':>8} {'val loss (each round)':>24}")
+    outside = {n: medians[n] - steps_run * steps[n] / 1e3 for n in steps} if steps_run else {}
+    print(f"\n{'contender':<17} {'median s':>9} {'step ms':>8} {'outside steps s':>16} "
+          f"{'val loss (each round)':>24}")  # fmt: skip
     for name in names:
         losses = ", ".join(f"{r[name]['val_loss']:.3f}" for r in rounds if r[name]["val_loss"])
         step = f"{steps[name]:8.1f}" if name in steps else f"{'?':>8}"
-        print(f"{name:<17} {medians[name]:9.1f} {step} {losses:>24}")
+        rest = f"{outside[name]:16.1f}" if name in outside else f"{'?':>16}"
+        print(f"{name:<17} {medians[name]:9.1f} {step} {rest} {losses:>24}")
     ratios: dict[str, dict] = {}
     bases = [n for n in names if n.startswith("nanogpt")]
     for name in (n for n in names if n.startswith("attnlab")):
@@ -179,10 +188,20 @@ def summarise(rounds: list[dict[str, dict]], names: list[str]) -> dict:
         if bases:  # the issue's reading: against the faster nanoGPT of the two
             faster = min(bases, key=lambda b: medians[b])
             of_medians = medians[name] / medians[faster]
-            ratios[f"{name}/fastest_nanogpt"] = {"base": faster, "of_medians": of_medians}
+            reading: dict = {"base": faster, "of_medians": of_medians}
             print(f"{name} / the faster nanoGPT ({faster}): {of_medians:.3f}")
+            if name in outside and faster in outside:
+                # the two parts of the ratio: the steps alone, and the whole run were its
+                # time outside the steps the same as that nanoGPT's
+                reading["step_ratio"] = steps[name] / steps[faster]
+                reading["with_its_outside_time"] = (
+                    medians[name] - outside[name] + outside[faster]
+                ) / medians[faster]
+                print(f"  per training step {reading['step_ratio']:.3f}; the whole run with "
+                      f"{faster}'s time outside the steps {reading['with_its_outside_time']:.3f}")
+            ratios[f"{name}/fastest_nanogpt"] = reading
     return {"rounds": rounds, "median_s": medians, "median_step_ms": steps,
-            "ratios_to_nanogpt": ratios}
+            "outside_steps_s": outside, "ratios_to_nanogpt": ratios}
 
 
 if __name__ == "__main__":
