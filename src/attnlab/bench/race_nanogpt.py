@@ -167,7 +167,10 @@ def summarise(
     medians = {n: statistics.median(r[n]["seconds"] for r in rounds) for n in names}
     steps = {n: statistics.median(r[n]["step_ms"] for r in rounds) for n in names
              if all("step_ms" in r[n] for r in rounds)}  # fmt: skip
-    outside = {n: medians[n] - steps_run * steps[n] / 1e3 for n in steps} if steps_run else {}
+    outside = {}
+    if steps_run:  # nanoGPT's loop runs iterations 0 … max_iters: one more step
+        ran = {n: steps_run + n.startswith("nanogpt") for n in steps}
+        outside = {n: medians[n] - ran[n] * steps[n] / 1e3 for n in steps}
     print(f"\n{'contender':<17} {'median s':>9} {'step ms':>8} {'outside steps s':>16} "
           f"{'val loss (each round)':>24}")  # fmt: skip
     for name in names:
