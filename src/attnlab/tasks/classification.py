@@ -60,7 +60,7 @@ class ClassificationTask(Task):
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         loss = self.loss(self(batch[self.input_key]), batch["labels"])
-        self.log("train/loss", loss, prog_bar=True, batch_size=batch["labels"].size(0))
+        self.log_train_loss(loss, batch["labels"].size(0))
         return loss
 
     def _evaluate(self, batch: dict[str, Tensor], stage: str) -> None:

@@ -89,7 +89,7 @@ class LanguageModelTask(Task):
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         inputs, labels = self.inputs_and_labels(batch["tokens"], labels=batch.get("labels"))
         loss = self.loss(self.logits(inputs, batch), labels)
-        self.log("train/loss", loss, prog_bar=True, batch_size=inputs.size(0))
+        self.log_train_loss(loss, inputs.size(0))
         return loss
 
     def _evaluate(self, batch: dict[str, Tensor], batch_idx: int, stage: str) -> None:

@@ -163,7 +163,7 @@ class Seq2SeqTask(Task):
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         logits, labels = self(batch["src"], batch["tgt"])
         loss = self.loss(logits, labels)
-        self.log("train/loss", loss, prog_bar=True, batch_size=batch["src"].size(0))
+        self.log_train_loss(loss, batch["src"].size(0))
         return loss
 
     @torch.no_grad()
