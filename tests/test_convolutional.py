@@ -252,6 +252,7 @@ def test_tied_embeddings_share_one_table() -> None:
     ({"pos": "learned_2d"}, "model.pos=learned_2d"),
     ({"init": "xavier"}, "model.init=xavier"),
     ({"activation_checkpointing": True}, "model.activation_checkpointing=true"),
+    ({"bias": False}, "model.bias=false"),
     ({"pool": "cls"}, "model.pool=cls"),
     ({"attention": "sliding_window"}, "model.attention=sliding_window"),
     ({"kernel_size": 0}, "model.kernel_size=0"),

@@ -53,8 +53,12 @@ RUNS = {
     # ReLU under μP at twice the base width: query scale and readout multiplier folded in
     "gpt2_mup": [*GPT2_BLOCK, "model.ffn=relu", "model.param=mup", "model.mup_base_width=16",
                  "model.tie_embeddings=false"],  # fmt: skip
+    # no biases (nanoGPT's bias=False): zeros where GPT-2 always has them
+    "gpt2_nobias": [*GPT2_BLOCK, "model.ffn=gelu", "model.bias=false"],
     # grouped-query attention over byte-level BPE
     "llama": [*LLAMA_BLOCK, "model.n_kv_heads=2", "data.tokenizer=bpe", "data.vocab_size=300"],
+    # no biases: attention_bias false, no bias tensors in the file
+    "llama_nobias": [*LLAMA_BLOCK, "model.bias=false"],
     # a masked LM in BERT's layout: Post-LN, learned positions, the embedding norm
     "bert": ["model=encoder_only", "model.norm=post", "model.pos=learned", "model.ffn=gelu",
              "model.embed_norm=true", "model.d_model=32", "model.n_heads=4"],  # fmt: skip
@@ -132,7 +136,9 @@ def hf_results(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) 
 @pytest.mark.parametrize("name,hf_class", [("gpt2", "GPT2LMHeadModel"),
                                            ("gpt2_tied", "GPT2LMHeadModel"),
                                            ("gpt2_mup", "GPT2LMHeadModel"),
+                                           ("gpt2_nobias", "GPT2LMHeadModel"),
                                            ("llama", "LlamaForCausalLM"),
+                                           ("llama_nobias", "LlamaForCausalLM"),
                                            ("bert", "BertModel")])  # fmt: skip
 def test_transformers_computes_the_same_outputs_and_greedy_continuation(
     hf_results: dict, name: str, hf_class: str

@@ -114,6 +114,36 @@ def test_rmsnorm_option_builds_rmsnorm_layers() -> None:
     assert not any(isinstance(m, torch.nn.LayerNorm) for m in model.modules())
 
 
+@pytest.mark.parametrize("name,norm,extra", [
+    ("decoder_only", "pre", {}), ("encoder_only", "post", {"embed_norm": True}),
+    ("encoder_decoder", "sandwich", {"qk_norm": True}), ("decoder_only", "pre", {"block": "parallel"}),
+])  # fmt: skip
+def test_bias_false_removes_every_bias_of_the_layers_and_leaves_the_weights(
+    name: str, norm: str, extra: dict
+) -> None:
+    with_bias = make(name, norm=norm, **extra)
+    without = make(name, norm=norm, bias=False, **extra)
+    assert [n for n, _ in without.named_parameters() if n.endswith("bias")] == []
+    # the same seed draws the same weights; the biases start at zero, so the outputs agree
+    weights = {n: p for n, p in with_bias.state_dict().items() if not n.endswith("bias")}
+    assert weights.keys() == without.state_dict().keys()
+    for n, p in without.state_dict().items():
+        torch.testing.assert_close(p, weights[n], rtol=0, atol=0)
+    tokens = torch.randint(6, 20, (2, 9))
+    torch.testing.assert_close(run(without, tokens), run(with_bias, tokens))
+
+
+def test_bias_false_drops_the_counted_biases_and_computes_xw() -> None:
+    d, d_ff, layers = 32, 128, 2
+    difference = make("decoder_only").num_params() - make("decoder_only", bias=False).num_params()
+    # per Pre-LN layer: W_Q, W_K, W_V (3d), W_O (d), W₁ (d_ff), W₂ (d), two norms (2d); the final norm
+    assert difference == layers * (3 * d + d + d_ff + d + 2 * d) + d
+    ffn = make("decoder_only", bias=False).decoder.layers[0].ffn
+    x = torch.randn(3, d)
+    expected = torch.relu(x @ ffn.linear1.weight.T) @ ffn.linear2.weight.T  # eq. 2 without b₁, b₂
+    torch.testing.assert_close(ffn(x), expected)
+
+
 def test_gpt2_init_scales_residual_projections() -> None:
     model = make("decoder_only", init="gpt2", n_layers=8, d_model=256, vocab_size=100)
     layer = model.decoder.layers[0]

@@ -231,6 +231,7 @@ def test_flops_count_gates_attention_and_output() -> None:
     ({"input_feeding": True, "rnn_attention": "none"}, "model.rnn_attention=luong_dot"),
     ({"n_encoder_layers": 2, "n_decoder_layers": 1}, "model.n_encoder_layers=2"),
     ({"activation_checkpointing": True}, "model.activation_checkpointing=true"),
+    ({"bias": False}, "model.bias=false"),
     ({"pool": "decoder_start"}, "model.pool=decoder_start"),
     ({"cell": "transformer"}, "model.cell=transformer"),
     ({"rnn_attention": "multihead"}, "model.rnn_attention=multihead"),

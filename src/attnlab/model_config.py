@@ -99,6 +99,7 @@ class ModelConfig:
     tie_embeddings: bool | str = rule(True, tie_option)  # true/"all", "output", false/"none"
     scale_embeddings: bool = True  # token embeddings × √d_model (§3.4)
     embed_norm: bool = False  # a norm over token + position embeddings (BERT)
+    bias: bool = True  # false: no biases in the Transformer layers' linear maps and norms
     init: str = rule("paper", one_of(*INITS))
     prefix_lm: bool = False  # decoder_only seq2seq: bidirectional attention over the source
     pad_id: int = 0

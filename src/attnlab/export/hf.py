@@ -107,7 +107,7 @@ def _shown(value: Any) -> str:
 
 def _split_projection(attention: Any, query_scale: float) -> tuple[Tensor, ...]:
     """W_Q, W_K, W_V and their biases from the stacked projection, W_Q × the query scale."""
-    weight, bias = attention.in_proj.weight.detach(), attention.in_proj.bias.detach()
+    weight, bias = attention.in_proj.weight.detach(), _bias(attention.in_proj)
     q, k, v = weight.split(attention.split_sizes)
     bq, bk, bv = bias.split(attention.split_sizes)
     return q * query_scale, k, v, bq * query_scale, bk, bv
@@ -168,8 +168,9 @@ class LlamaMapping(Mapping):
     attnlab rotates interleaved pairs (x_2i, x_2i+1) (RoFormer eq. 34); Hugging Face's Llama
     rotates the halves (x_i, x_i+d/2) with the same θ_i. Reordering every head's rows of W_Q
     and W_K (and their biases) to (0, 2, 4, …, 1, 3, 5, …) makes the two the same rotation, and
-    q·k is unchanged by a permutation applied to both. attnlab's projections have biases:
-    ``attention_bias`` true; its SwiGLU has none (``mlp_bias`` false)."""
+    q·k is unchanged by a permutation applied to both. attnlab's projections have biases
+    unless ``model.bias=false`` (``attention_bias`` follows it); its SwiGLU has none
+    (``mlp_bias`` false)."""
 
     hf_class = "LlamaForCausalLM"
     needs = {
@@ -191,7 +192,7 @@ class LlamaMapping(Mapping):
             "rms_norm_eps": 1e-5,  # attnlab's RMSNorm
             "rope_theta": 10000.0,
             "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
-            "attention_bias": True, "mlp_bias": False, "attention_dropout": cfg.attn_dropout,
+            "attention_bias": cfg.bias, "mlp_bias": False, "attention_dropout": cfg.attn_dropout,
         }  # fmt: skip
 
     def tensors(self) -> dict[str, Tensor]:
@@ -205,11 +206,15 @@ class LlamaMapping(Mapping):
             q_rows = half_split_rows(attention.n_heads, d_head)
             k_rows = half_split_rows(attention.n_kv_heads, d_head)
             out |= {
-                p + "self_attn.q_proj.weight": q[q_rows], p + "self_attn.q_proj.bias": bq[q_rows],
-                p + "self_attn.k_proj.weight": k[k_rows], p + "self_attn.k_proj.bias": bk[k_rows],
-                p + "self_attn.v_proj.weight": v, p + "self_attn.v_proj.bias": bv,
+                p + "self_attn.q_proj.weight": q[q_rows], p + "self_attn.k_proj.weight": k[k_rows],
+                p + "self_attn.v_proj.weight": v,
             }  # fmt: skip
-            out |= _linear(p + "self_attn.o_proj", attention.out_proj)
+            if self.cfg.bias:
+                out |= {
+                    p + "self_attn.q_proj.bias": bq[q_rows],
+                    p + "self_attn.k_proj.bias": bk[k_rows], p + "self_attn.v_proj.bias": bv,
+                }  # fmt: skip
+            out |= _linear(p + "self_attn.o_proj", attention.out_proj, self.cfg.bias)
             out[p + "input_layernorm.weight"] = layer.attn_residual.norm.weight.detach()
             out[p + "post_attention_layernorm.weight"] = layer.ffn_residual.norm.weight.detach()
             out[p + "mlp.gate_proj.weight"] = layer.ffn.gate.weight.detach()
@@ -227,17 +232,26 @@ def half_split_rows(n_heads: int, d_head: int) -> Tensor:
     return (torch.arange(n_heads).unsqueeze(1) * d_head + within).flatten()
 
 
+def _bias(module: Any) -> Tensor:
+    """A linear map's or norm's bias; zeros under ``model.bias=false``, which compute the
+    same as none where the target class always has one (GPT-2, BERT)."""
+    if module.bias is not None:
+        return module.bias.detach()
+    return torch.zeros(module.weight.shape[0], dtype=module.weight.dtype)
+
+
 def _norm(name: str, norm: Any) -> dict[str, Tensor]:
-    return {f"{name}.weight": norm.weight.detach(), f"{name}.bias": norm.bias.detach()}
+    return {f"{name}.weight": norm.weight.detach(), f"{name}.bias": _bias(norm)}
 
 
-def _linear(name: str, linear: Any) -> dict[str, Tensor]:
-    return {f"{name}.weight": linear.weight.detach(), f"{name}.bias": linear.bias.detach()}
+def _linear(name: str, linear: Any, bias: bool = True) -> dict[str, Tensor]:
+    out = {f"{name}.weight": linear.weight.detach()}
+    return out | {f"{name}.bias": _bias(linear)} if bias else out
 
 
 def _conv1d(name: str, linear: Any) -> dict[str, Tensor]:
     """GPT-2's Conv1D: y = x W + b with W (in, out), nn.Linear's weight transposed."""
-    return {f"{name}.weight": linear.weight.detach().t(), f"{name}.bias": linear.bias.detach()}
+    return {f"{name}.weight": linear.weight.detach().t(), f"{name}.bias": _bias(linear)}
 
 
 class BertMapping(Mapping):

@@ -149,6 +149,11 @@ class Architecture(nn.Module):
                 "model.activation_checkpointing=true checkpoints Transformer layers, which "
                 f"model={cfg.name} has none of; remove it"
             )
+        if not cfg.bias and not cls.attention_heads:
+            raise ConfigError(
+                "model.bias=false removes the biases of Transformer layers, which "
+                f"model={cfg.name} has none of; remove it"
+            )
         if cls.causal_attention and not kind.causal_ok:
             raise ConfigError(kind.causal_error)
         from attnlab.models.parametrization import check as check_parametrization

@@ -81,6 +81,23 @@ def make_positions(cfg: ModelConfig, causal: bool, grid: tuple[int, int] | None)
     return cls(cfg.d_model, cfg.n_heads, cfg.max_len, causal)
 
 
+def drop_biases(*modules: nn.Module | None) -> None:
+    """``model.bias=false``: every linear map and norm inside ``modules`` loses its bias,
+    y = xW instead of y = xW + b, and LN(x) = g ⊙ (x − μ)/σ without β.
+
+    "No biases were used in any of the dense kernels or layer norms. We found this to
+    result in increased training stability for large models" (Chowdhery et al. 2022,
+    PaLM, §2); nanoGPT's ``bias=False`` (its default) and LLaMA likewise. The weights
+    are drawn as with biases (the same random stream), then the biases are removed
+    before ``model.init``; registered feed-forward and residual classes built from
+    ``nn.Linear`` and ``nn.LayerNorm`` need nothing of their own.
+    """
+    for module in modules:
+        for child in module.modules() if module is not None else ():
+            if isinstance(child, nn.Linear | nn.LayerNorm) and child.bias is not None:
+                child.register_parameter("bias", None)
+
+
 class TransformerStack(nn.Module):
     """Embed tokens, add positions, apply dropout, run the layers, final norm.
 
@@ -125,6 +142,8 @@ class TransformerStack(nn.Module):
             if RESIDUALS.get(cfg.norm).final_norm
             else nn.Identity()
         )
+        if not cfg.bias:
+            drop_biases(self.layers, self.embed_norm, self.final_norm)
 
     @classmethod
     def check_config(cls, cfg: ModelConfig) -> None:

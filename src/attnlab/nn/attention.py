@@ -54,8 +54,8 @@ class ProjectionRows:
         return self.stacked.weight[self.rows]
 
     @property
-    def bias(self) -> Tensor:
-        return self.stacked.bias[self.rows]
+    def bias(self) -> Tensor | None:
+        return None if self.stacked.bias is None else self.stacked.bias[self.rows]
 
 
 class MultiHeadAttention(nn.Module):
@@ -167,6 +167,8 @@ class MultiHeadAttention(nn.Module):
         # checkpoints written before W_Q, W_K, W_V were stacked
         if f"{prefix}q_proj.weight" in state_dict:
             for kind in ("weight", "bias"):
+                if f"{prefix}q_proj.{kind}" not in state_dict:
+                    continue  # model.bias=false
                 parts = [state_dict.pop(f"{prefix}{n}_proj.{kind}") for n in "qkv"]
                 state_dict[f"{prefix}in_proj.{kind}"] = torch.cat(parts)
         super()._load_from_state_dict(state_dict, prefix, *args)  # type: ignore[arg-type]
@@ -187,6 +189,7 @@ class MultiHeadAttention(nn.Module):
         cache: LayerCache | None = None,
     ) -> Tensor:
         d, weight, bias = self.d_model, self.in_proj.weight, self.in_proj.bias
+        q_bias, kv_bias = (None, None) if bias is None else (bias[:d], bias[d:])
         if memory is None:  # self-attention: Q, K, V in one matrix product
             q, k, v = (self._heads(t) for t in self.in_proj(x).split(self.split_sizes, dim=-1))
             q, k = self._normed(q, self.q_norm, v.dtype), self._normed(k, self.k_norm, v.dtype)
@@ -194,10 +197,10 @@ class MultiHeadAttention(nn.Module):
                 q, k = apply_rotary(q, *inputs.rope), apply_rotary(k, *inputs.rope)
             past = Past(k, v) if cache is None else cache.update(k, v, inputs)
         else:  # cross-attention: K, V from the encoder output, once per sequence
-            q = self._normed(self._heads(F.linear(x, weight[:d], bias[:d])), self.q_norm, x.dtype)
+            q = self._normed(self._heads(F.linear(x, weight[:d], q_bias)), self.q_norm, x.dtype)
             past = cache.past if cache is not None else None
             if past is None:
-                kv = F.linear(memory, weight[d:], bias[d:]).split(self.d_kv, dim=-1)
+                kv = F.linear(memory, weight[d:], kv_bias).split(self.d_kv, dim=-1)
                 k, v = (self._heads(t) for t in kv)
                 k = self._normed(k, self.k_norm, v.dtype)
                 past = Past(k, v) if cache is None else cache.update(k, v, inputs)
