@@ -66,7 +66,7 @@ def fake_sweep(root: Path) -> Path:
         write_summary(
             run, status="completed", overrides=[f"model.attention={kind}", f"seed={job}"],
             config={"model": {"attention": kind}, "seed": job}, metrics={"val/loss": loss},
-            task="lm",
+            task="lm", torch_threads=1,
         )  # fmt: skip
         (run / "metrics.csv").write_text(f"step,val/loss\n10,{loss + 1}\n20,{loss}\n")
         (run / "checkpoints").mkdir()
@@ -85,6 +85,7 @@ def test_saving_runs_keeps_summaries_and_curves_and_records_the_machine(tmp_path
     ]
     provenance = json.loads((dest / "provenance.json").read_text())
     assert provenance["torch"] and provenance["cpu_count"] and "gpu" in provenance
+    assert provenance["runs_torch_threads"] == [1]  # the runs' own threads, from summary.json
 
 
 def mini_study(root: Path) -> Path:

@@ -84,7 +84,7 @@ def save_runs(sweep: Path, dest: Path) -> int:
     run_dirs = find_run_dirs([str(sweep)])
     staging = dest.with_name(f".{dest.name}.saving")
     shutil.rmtree(staging, ignore_errors=True)
-    shas = set()
+    shas, threads = set(), set()
     for run_dir in run_dirs:
         target = staging / run_dir.relative_to(sweep)
         target.mkdir(parents=True, exist_ok=True)
@@ -93,15 +93,21 @@ def save_runs(sweep: Path, dest: Path) -> int:
                 shutil.copy2(run_dir / name, target / name)
         summary = json.loads((run_dir / "summary.json").read_text())
         shas.add(summary.get("git_sha"))
-    (staging / PROVENANCE).write_text(json.dumps(provenance(sorted(map(str, shas))), indent=2))
+        threads.add(summary.get("torch_threads"))
+    record = provenance(sorted(map(str, shas)), sorted(t for t in threads if t is not None))
+    (staging / PROVENANCE).write_text(json.dumps(record, indent=2))
     if dest.exists():
         shutil.rmtree(dest)
     staging.rename(dest)
     return len(run_dirs)
 
 
-def provenance(git_shas: list[str]) -> dict:
-    """Where the runs were made: attnlab's commit(s), library versions, CPU/GPU, threads."""
+def provenance(git_shas: list[str], run_threads: list[int] | None = None) -> dict:
+    """Where the runs were made: attnlab's commit(s), library versions, CPU/GPU, threads.
+
+    ``run_threads``: the intra-op thread counts the runs' summary.json files record
+    (``runs_torch_threads``; empty for runs that predate the field); ``omp_num_threads``
+    and ``torch_threads`` are those of the process that saved them."""
     import torch
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
@@ -114,6 +120,7 @@ def provenance(git_shas: list[str]) -> dict:
         "gpu": gpu,
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "torch_threads": torch.get_num_threads(),
+        "runs_torch_threads": run_threads or [],
         "saved": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
 

@@ -60,6 +60,7 @@ def write_summary(run_dir: str | Path, **fields: Any) -> Path:
         "flops_per_token": _ratio(fields.get("flops"), fields.get("tokens")),
         "wall_s": fields.get("wall_s"),
         "startup_s": _number(fields.get("startup_s")),  # process start to first training step
+        "torch_threads": fields.get("torch_threads"),  # the run's intra-op threads
         "git_sha": fields.get("git_sha", git_sha()),
     }
     for key in ("stopped_at_step", "command", "bleu_signature"):

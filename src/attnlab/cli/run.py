@@ -60,6 +60,12 @@ def as_user_error(exc: BaseException, run_dir: Path | None = None) -> UserError 
     return lightning_refusal(exc)
 
 
+
+def torch_threads() -> int | None:
+    """The run's intra-op threads (recorded in summary.json), None before torch is loaded."""
+    torch = sys.modules.get("torch")
+    return torch.get_num_threads() if torch is not None else None
+
 class RunRecord:
     """What one run (a Hydra job) records and says: status, summary.json, lines, exit code."""
 
@@ -146,6 +152,7 @@ class RunRecord:
                 tokens_per_sec=result.get("tokens_per_sec"), tokens=result.get("tokens"),
                 flops=result.get("flops"), startup_s=result.get("startup_s"),
                 wall_s=round(time.perf_counter() - self.started, 3), git_sha=self.git_sha,
+                torch_threads=torch_threads(),
                 **{k: result[k] for k in ("stopped_at_step", "bleu_signature") if k in result},
             )  # fmt: skip
         except OSError as exc:  # a full or read-only disk: say so, keep the original error
