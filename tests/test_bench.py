@@ -111,7 +111,7 @@ def test_every_comparison_runs_at_a_tiny_size(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     ratios = json.loads(out.read_text())["ratios"]["tiny"]
     expected = {"decoder_only_vs_hf_gpt2", "encoder_decoder_vs_torch_transformer",
-                "lightning_overhead", "kv_cache_speedup", "sdpa_vs_math",
+                "lightning_overhead", "kv_cache_speedup", "sdpa_vs_math", "no_bias_vs_bias",
                 "decoder_only_generate_vs_hf"}  # fmt: skip
     assert expected <= set(ratios)
     assert all(r is None or r > 0 for r in ratios.values())

@@ -31,6 +31,7 @@ def test_nanogpt_runs_its_readme_cpu_setting_with_attnlabs_validation() -> None:
         assert flag in command
     assert "experiment=nanogpt_shakespeare_char_cpu" in race.attnlab_command(2000, True)
     assert "model.compile=true" in race.attnlab_command(2000, True)
+    assert "test=false" in race.attnlab_command(2000, False)  # nanoGPT has no test pass
 
 
 def test_nanogpts_final_validation_loss_is_read_from_its_log() -> None:

@@ -42,6 +42,8 @@ RATIO_MEANING = {
     "decode 256 tokens, batch 1, the same weights; attnlab: the static cache and the compiled "
     "step, in steady state (higher is better)",
     "sdpa_vs_math": "attn_impl=sdpa / attn_impl=math, seconds per training step (lower is better)",
+    "no_bias_vs_bias": "model.bias=false / model.bias=true, seconds per training step (the same "
+    "weights, lower is better)",
     "compiled_vs_eager_step": "model.compile() / eager, seconds per training step (AdamW, the "
     "loss outside the compiled model as in model.compile=true; lower is better)",
 }
@@ -161,6 +163,22 @@ def sdpa_vs_math(size: BenchSize, effort: Effort) -> dict[str, Any]:
         "math": training_step(explicit.to(effort.device), (inputs,), labels),
     }
     return _result(_time(steps, effort), "sdpa", "math")
+
+
+def no_bias_vs_bias(size: BenchSize, effort: Effort) -> dict[str, Any]:
+    """What ``model.bias=false`` (nanoGPT's configuration) saves a training step: the same
+    seed draws the same weights, and the biased model's start at zero."""
+    torch.manual_seed(0)
+    plain = our_decoder_only(size, bias=False)
+    torch.manual_seed(0)
+    biased = our_decoder_only(size)
+    tokens = random_tokens(size, size.block + 1, effort.device)
+    inputs, labels = tokens[:, :-1], tokens[:, 1:]
+    steps = {
+        "no_bias": training_step(plain.to(effort.device), (inputs,), labels),
+        "bias": training_step(biased.to(effort.device), (inputs,), labels),
+    }
+    return _result(_time(steps, effort), "no_bias", "bias")
 
 
 def compiled_vs_eager_step(size: BenchSize, effort: Effort) -> dict[str, Any]:
@@ -308,6 +326,7 @@ def run_all(
         ("encoder_decoder_vs_torch_transformer",
          lambda: encoder_decoder_vs_torch_transformer(size, effort)),
         ("sdpa_vs_math", lambda: sdpa_vs_math(size, effort)),
+        ("no_bias_vs_bias", lambda: no_bias_vs_bias(size, effort)),
         ("compiled_vs_eager_step", lambda: compiled_vs_eager_step(size, effort)),
     ]  # fmt: skip
     for i, batch in enumerate(effort.decode_batches):

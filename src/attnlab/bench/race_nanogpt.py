@@ -6,7 +6,8 @@
 nanoGPT (``../shared/reference/nanogpt``, unmodified) runs from a copy in a temporary folder
 with its own ``prepare.py`` over the shared Tiny Shakespeare (no download), with the CPU
 setting of its README and attnlab's validation schedule (every 500 steps, 20 batches);
-attnlab runs ``experiment=nanogpt_shakespeare_char_cpu``, the same shape and optimiser.
+attnlab runs ``experiment=nanogpt_shakespeare_char_cpu``, the same shape and optimiser (no
+biases, as nanoGPT's default), with ``test=false``: nanoGPT has no test pass.
 Each round runs every contender once, in an order that rotates from round to round, and
 times the whole process (start-up, compilation, validation, checkpoints). Printed: seconds
 and final validation loss per run, the median per contender, and each attnlab contender's
@@ -47,6 +48,7 @@ def attnlab_command(max_iters: int, compile: bool) -> list[str]:
         sys.executable, "-m", "attnlab.train", "experiment=nanogpt_shakespeare_char_cpu",
         f"model.compile={str(compile).lower()}", f"trainer.max_steps={max_iters}",
         f"optim.decay_steps={max_iters}", "trainer.enable_progress_bar=false",
+        "test=false",  # nanoGPT has no test pass: only training and its validations are raced
     ]  # fmt: skip
 
 
