@@ -9,12 +9,16 @@ shakespeare_char data prepared from the shared Tiny Shakespeare) with
 and cosine decay to 1e-4, AdamW (0.9, 0.99), weight decay 0.1, clipping at 1, no dropout.
 Its own choices stay: learned absolute positions (the study uses RoPE), no biases, its
 fixed seed. Validation loss every 150 steps on 100 random batches (400 blocks). The
-printed losses are written as JSON, the raw record the study's README reads its gate from.
+printed losses are written as JSON, the raw record the study's README reads its gate from,
+with where they were made: nanoGPT's source (its git commit, or the SHA-256 of its
+``train.py`` and ``model.py`` when the copy is not a git checkout), attnlab's commit, torch,
+the CPU and the thread settings (``attnlab.studies.provenance``).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -23,6 +27,8 @@ import tempfile
 from pathlib import Path
 
 from attnlab.bench.race_nanogpt import NANOGPT_VAL, REPO, prepare_nanogpt
+from attnlab.callbacks.summary import git_sha
+from attnlab.studies import provenance
 
 STEPS = 600
 
@@ -37,6 +43,15 @@ def command() -> list[str]:
         "--weight_decay=0.1", "--grad_clip=1.0", "--gradient_accumulation_steps=1",
         "--always_save_checkpoint=False",
     ]  # fmt: skip
+
+
+def nanogpt_source(nanogpt: Path) -> dict[str, str | None]:
+    """Which nanoGPT ran: its git commit when it is a checkout, and its two files' SHA-256."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=nanogpt, capture_output=True,
+                          text=True, check=False).stdout.strip()  # fmt: skip
+    files = {name: hashlib.sha256((nanogpt / name).read_bytes()).hexdigest()
+             for name in ("train.py", "model.py")}  # fmt: skip
+    return {"git_sha": head or None, **{f"{name}_sha256": h for name, h in files.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,11 +73,13 @@ def main(argv: list[str] | None = None) -> int:
         nanogpt = prepare_nanogpt(args.nanogpt, args.data, Path(tmp))
         done = subprocess.run(command(), cwd=nanogpt, capture_output=True, text=True)
     if done.returncode:
-        print(f"error: nanoGPT exited with {done.returncode}:\n{done.stderr[-2000:]}", file=sys.stderr)
+        print(f"error: nanoGPT exited with {done.returncode}:\n{done.stderr[-2000:]}",
+              file=sys.stderr)  # fmt: skip
         return 1
     curve = {int(step): float(loss) for step, loss in NANOGPT_VAL.findall(done.stdout)}
     record = {"command": " ".join(command()[1:]), "val_loss_by_step": curve,
-              "val_loss": curve[max(curve)]}  # fmt: skip
+              "val_loss": curve[max(curve)], "nanogpt": nanogpt_source(args.nanogpt),
+              "provenance": provenance([str(git_sha())])}  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=2) + "\n")
     print(f"nanoGPT at the study's shape: val loss {record['val_loss']:.4f} at step {max(curve)}")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Pre-LN vs Post-LN × warmup × peak learning rate on Multi30k de→en (Xiong et al. 2020, §3.2).
 # Runs the sweep (36 runs: 12 settings × 3 seeds, two at a time with one thread each), saves
-# their raw runs to runs/sweep, then writes results.md and the plots next to this script.
+# their raw runs to runs/sweep, then writes results.md (with grad_ratio.py's gradient-ratio
+# table) and the plots next to this script.
 #   attnlab-reproduce preln_vs_postln_warmup --train    # this script
 #   attnlab-reproduce preln_vs_postln_warmup --check    # the analysis of the committed runs
 #   SEEDS=0,1 experiments/preln_vs_postln_warmup/run.sh          # fewer seeds
@@ -50,6 +51,9 @@ BY=(--by model.norm optim.warmup_steps optim.lr)
     "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --metric "$metric" "${PLANNED[@]}" \
       | grep '^Welch\|^In each line'
   done
+  # §3.3: the gradient ratio at initialisation and during training (read from metrics.csv)
+  echo
+  "$PY" "$HERE/grad_ratio.py" "$SWEEP"
 } >> "$OUT/results.md"
 "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --curve-metric train/loss \
     --plot "$OUT/train_loss.png" > /dev/null
