@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
-# Block ablations as compute multipliers over 4 widths × 2 seeds (Kaplan et al. 2020;
+# Block ablations as compute multipliers over 4 widths × 3 seeds (Kaplan et al. 2020;
 # Hoffmann et al. 2022, approach 1): SwiGLU vs ReLU (Shazeer 2020), RoPE vs learned positions
 # (Su et al. 2021), Pre-LN vs Post-LN with warmup (Xiong et al. 2020), and the "modern" block
 # (RMSNorm + RoPE + SwiGLU) against the GPT-2 block (the Mamba paper's Transformer++ vs
-# Transformer, Gu & Dao 2023, Fig. 4). Six sweeps of 8 runs, in two streams of one thread
-# each (≈ 35 min on 2 cores), saved to runs/<variant>. Then results.md (each pair's frontier
-# fits and compute multiplier with CIs) and one frontier plot per pair.
+# Transformer, Gu & Dao 2023, Fig. 4). Six sweeps of 12 runs, in two streams of one thread
+# each (≈ 90 min on 2 cores), saved to runs/<variant>. Then results.md (each pair's frontier
+# fits and compute multiplier with CIs, and each sweep's final loss per width) and one
+# frontier plot per pair. GATE=1 also runs the gate (nanoGPT at the study's shape).
 #   attnlab-reproduce compute_multipliers --train    # this script
 #   attnlab-reproduce compute_multipliers --check    # the analysis of the committed runs
 source "$(dirname "$0")/../study.sh"
+
+# the gate: the unmodified nanoGPT at the study's shape and budget, width 256 (GATE=1)
+if [ -n "${GATE:-}" ]; then
+  "$PY" "$HERE/../efficient_attention/nanogpt_gate.py" --out "$RUNS/gate/nanogpt.json" -- \
+    --block_size=128 --batch_size=16 --n_embd=256 --n_head=4 --n_layer=2 --max_iters=400 \
+    --lr_decay_iters=400 --learning_rate=0.00195 --min_lr=0.0 --warmup_iters=40 \
+    --weight_decay=0.0 --grad_clip=0.0 --eval_interval=100 --log_interval=100 --eval_iters=16
+fi
 BASE="${SWEEP:-logs/study_compute_multipliers/$STAMP}"
 GRID=(experiment=study_compute_multipliers model.d_model=32,64,128,256 seed=0,1,2)
 GPT2="$(sweep_dir gpt2 "$BASE/gpt2")" RELU="$(sweep_dir relu "$BASE/relu")"
@@ -47,3 +56,19 @@ pair() {  # TITLE KEY A_SWEEP B_SWEEP A B PLOT
   pair "The modern block (RMSNorm + RoPE + SwiGLU) against the GPT-2 block" model.norm_type \
     "$GPT2" "$MODERN" layernorm rmsnorm frontier_modern_gpt2.png
 } 2>&1 | grep -v '^wrote ' > "$OUT/results.md"
+per_width() {  # NAME SWEEP
+  echo "### $1"
+  echo
+  "$PY" -m attnlab.compare "$2" --by model.d_model --metric val/loss
+  echo
+}
+{
+  echo "## Final validation loss per width, each sweep"
+  echo
+  per_width gpt2 "$GPT2"
+  per_width relu "$RELU"
+  per_width swiglu "$SWIGLU"
+  per_width rope "$ROPE"
+  per_width post "$POST"
+  per_width modern "$MODERN"
+} >> "$OUT/results.md"

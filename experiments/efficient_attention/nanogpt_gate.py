@@ -1,6 +1,7 @@
 """The language model's baseline gate: the unmodified nanoGPT at the study's shape and budget.
 
-    python experiments/efficient_attention/nanogpt_gate.py [--out runs/gate/nanogpt.json]
+    python experiments/efficient_attention/nanogpt_gate.py [--out runs/gate/nanogpt.json] \
+        [-- --n_embd=256 …]
 
 nanoGPT (``../shared/reference/nanogpt``, run as its own process on a copy with its
 shakespeare_char data prepared from the shared Tiny Shakespeare) with
@@ -13,6 +14,9 @@ printed losses are written as JSON, the raw record the study's README reads its 
 with where they were made: nanoGPT's source (its git commit, or the SHA-256 of its
 ``train.py`` and ``model.py`` when the copy is not a git checkout), attnlab's commit, torch,
 the CPU and the thread settings (``attnlab.studies.provenance``).
+
+nanoGPT flags after ``--`` come after these and override them (its configurator reads its
+arguments in order): other studies run the same gate at their own shape and budget.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from attnlab.studies import provenance
 STEPS = 600
 
 
-def command() -> list[str]:
+def command(extra: list[str] | None = None) -> list[str]:
     return [
         sys.executable, "train.py", "config/train_shakespeare_char.py", "--device=cpu",
         "--compile=False", "--eval_iters=100", "--eval_interval=150", "--log_interval=150",
@@ -41,7 +45,7 @@ def command() -> list[str]:
         "--dropout=0.0", f"--max_iters={STEPS}", f"--lr_decay_iters={STEPS}",
         "--learning_rate=2e-3", "--min_lr=1e-4", "--warmup_iters=50", "--beta2=0.99",
         "--weight_decay=0.1", "--grad_clip=1.0", "--gradient_accumulation_steps=1",
-        "--always_save_checkpoint=False",
+        "--always_save_checkpoint=False", *(extra or []),
     ]  # fmt: skip
 
 
@@ -61,7 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nanogpt", type=Path, default=REPO.parent / "shared/reference/nanogpt")
     data = Path(os.environ.get("ATTNLAB_DATA_ROOT", REPO.parent / "shared/data"))
     parser.add_argument("--data", type=Path, default=data)
+    parser.add_argument("flags", nargs="*", help="nanoGPT flags after --, e.g. --n_embd=256")
     args = parser.parse_args(argv)
+    bad = [flag for flag in args.flags if not flag.startswith("--") or "=" not in flag]
+    if bad:
+        print(f"error: {bad[0]} is not a nanoGPT flag; write --name=value after --",
+              file=sys.stderr)  # fmt: skip
+        return 2
     if not (args.nanogpt / "train.py").is_file():
         print(f"error: no nanoGPT at {args.nanogpt}; pass --nanogpt DIR", file=sys.stderr)
         return 2
@@ -71,13 +81,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="nanogpt_gate_") as tmp:
         nanogpt = prepare_nanogpt(args.nanogpt, args.data, Path(tmp))
-        done = subprocess.run(command(), cwd=nanogpt, capture_output=True, text=True)
+        done = subprocess.run(command(args.flags), cwd=nanogpt, capture_output=True, text=True)
     if done.returncode:
         print(f"error: nanoGPT exited with {done.returncode}:\n{done.stderr[-2000:]}",
               file=sys.stderr)  # fmt: skip
         return 1
     curve = {int(step): float(loss) for step, loss in NANOGPT_VAL.findall(done.stdout)}
-    record = {"command": " ".join(command()[1:]), "val_loss_by_step": curve,
+    record = {"command": " ".join(command(args.flags)[1:]), "val_loss_by_step": curve,
               "val_loss": curve[max(curve)], "nanogpt": nanogpt_source(args.nanogpt),
               "provenance": provenance([str(git_sha())])}  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,16 @@
 # learning rate, the best learning rate per width and its drift) and transfer.png.
 #   attnlab-reproduce mup_transfer --train    # this script
 #   attnlab-reproduce mup_transfer --check    # the analysis of the committed runs
+#   GATE=1 experiments/mup_transfer/run.sh      # also the gate (nanoGPT at the study's shape)
 source "$(dirname "$0")/../study.sh"
+
+# the gate: the unmodified nanoGPT at the study's shape and budget, width 256 (GATE=1)
+if [ -n "${GATE:-}" ]; then
+  "$PY" "$HERE/../efficient_attention/nanogpt_gate.py" --out "$RUNS/gate/nanogpt.json" -- \
+    --block_size=128 --batch_size=16 --n_embd=256 --n_head=4 --n_layer=2 --max_iters=400 \
+    --lr_decay_iters=400 --learning_rate=0.00195 --min_lr=0.0 --warmup_iters=40 \
+    --weight_decay=0.0 --grad_clip=0.0 --eval_interval=100 --log_interval=100 --eval_iters=16
+fi
 BASE="${SWEEP:-logs/study_mup_transfer/$STAMP}"
 WIDTHS=32,64,128,256
 LRS=0.000488,0.000977,0.00195,0.00391,0.00781,0.0156
