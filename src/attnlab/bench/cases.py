@@ -152,16 +152,19 @@ def encoder_decoder_vs_torch_transformer(size: BenchSize, effort: Effort) -> dic
     return _result(timing, "attnlab", "torch_transformer", **extra)
 
 
+def _lm_steps(models: dict[str, nn.Module], size: BenchSize, effort: Effort) -> dict[str, Any]:
+    """A training step of each causal LM on the same random batch (next-token labels)."""
+    tokens = random_tokens(size, size.block + 1, effort.device)
+    inputs, labels = tokens[:, :-1], tokens[:, 1:]
+    return {name: training_step(model.to(effort.device), (inputs,), labels)
+            for name, model in models.items()}  # fmt: skip
+
+
 def sdpa_vs_math(size: BenchSize, effort: Effort) -> dict[str, Any]:
     fused = our_decoder_only(size, attn_impl="sdpa")
     explicit = our_decoder_only(size, attn_impl="math")
     explicit.load_state_dict(fused.state_dict())
-    tokens = random_tokens(size, size.block + 1, effort.device)
-    inputs, labels = tokens[:, :-1], tokens[:, 1:]
-    steps = {
-        "sdpa": training_step(fused.to(effort.device), (inputs,), labels),
-        "math": training_step(explicit.to(effort.device), (inputs,), labels),
-    }
+    steps = _lm_steps({"sdpa": fused, "math": explicit}, size, effort)
     return _result(_time(steps, effort), "sdpa", "math")
 
 
@@ -172,12 +175,7 @@ def no_bias_vs_bias(size: BenchSize, effort: Effort) -> dict[str, Any]:
     plain = our_decoder_only(size, bias=False)
     torch.manual_seed(0)
     biased = our_decoder_only(size)
-    tokens = random_tokens(size, size.block + 1, effort.device)
-    inputs, labels = tokens[:, :-1], tokens[:, 1:]
-    steps = {
-        "no_bias": training_step(plain.to(effort.device), (inputs,), labels),
-        "bias": training_step(biased.to(effort.device), (inputs,), labels),
-    }
+    steps = _lm_steps({"no_bias": plain, "bias": biased}, size, effort)
     return _result(_time(steps, effort), "no_bias", "bias")
 
 
