@@ -304,3 +304,53 @@ def test_a_resumed_run_with_no_step_left_keeps_its_validation_metrics(tmp_path: 
     assert again["status"] == "completed"
     val = {k: v for k, v in first["metrics"].items() if k.startswith("val/")}
     assert val and {k: again["metrics"][k] for k in val} == pytest.approx(val)
+
+
+
+@pytest.mark.parametrize("data", ["reverse", "tokens"])
+def test_a_run_that_crashed_after_a_mid_epoch_validation_checkpoint_resumes_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: str
+) -> None:
+    """The cosine schedule's length from the trainer (no optim.decay_steps) with an epoch
+    bound: Lightning builds the training loader before it reads the checkpoint, and the
+    loader's saved position must still be put back (the epoch does not start again)."""
+    from attnlab.tasks.language_modeling import LanguageModelTask
+    from attnlab.tasks.seq2seq import Seq2SeqTask
+
+    if data == "tokens":
+        from token_folders import prepared_folder
+
+        (tmp_path / "corpus").mkdir()
+        data_args = ["model=decoder_only", "data=tokens",
+                     f"data.path={prepared_folder(tmp_path / 'corpus')}", "data.block_size=16",
+                     "data.batch_size=8", "data.samples_per_epoch=80"]  # fmt: skip
+        task = LanguageModelTask
+    else:
+        data_args = ["data=reverse", "data.train_size=160", "data.val_size=16",
+                     "data.batch_size=16"]  # fmt: skip
+        task = Seq2SeqTask
+    kept = [a for a in RUN if not a.startswith(("data", "optim.decay", "trainer.max_epochs",
+                                                "trainer.check_val"))]  # fmt: skip
+    # 10 steps an epoch, 2 epochs; validation (and its checkpoints) every 2 steps
+    args = [*kept, *data_args, "trainer.max_epochs=2", "trainer.max_steps=20"]
+
+    def fit(run_dir: Path, *extra: str) -> dict:
+        return train(compose_run([*args, *extra], run_dir), run_dir)
+
+    reference = fit(tmp_path / "uninterrupted")
+    real_step = task.training_step
+
+    def crash_at_step_7(self, batch, batch_idx):  # noqa: ANN001, ANN202
+        if self.global_step == 7:
+            raise RuntimeError("the machine went away")
+        return real_step(self, batch, batch_idx)
+
+    with monkeypatch.context() as patch, pytest.raises(RuntimeError, match="went away"):
+        patch.setattr(task, "training_step", crash_at_step_7)
+        fit(tmp_path / "crashed")
+    saved = torch.load(tmp_path / "crashed" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert saved["global_step"] == 6
+    resumed = fit(tmp_path / "crashed", "ckpt_path=last")
+    assert resumed["status"] == "completed"
+    assert resumed["metrics"]["val/loss"] == pytest.approx(reference["metrics"]["val/loss"],
+                                                           abs=1e-6)  # fmt: skip

@@ -3,6 +3,8 @@
 Lightning restores weights, optimiser, scheduler and loop counters. Added here:
 
 * :class:`RngState` — the global random states (dropout, masking) in the checkpoint;
+* :class:`LoaderPosition` — the training loader's saved position put back, whenever
+  Lightning built the loader;
 * :class:`AtomicCheckpointIO` — a checkpoint is complete or absent, never truncated;
 * :class:`ContinuedCSVLogger` — the resumed run appends to metrics.csv instead of
   starting it anew.
@@ -75,6 +77,44 @@ class RngState(L.Callback):
             rank_zero_warn(f"resuming on {trainer.world_size} processes from random states "
                            f"saved by {len(ranks)}: ranks past them reuse saved ones")  # fmt: skip
         restore_rng_states(dict(ranks[trainer.global_rank % len(ranks)]))
+
+
+class LoaderPosition(L.Callback):
+    """Puts the training loader back where the checkpoint says it stood in its epoch.
+
+    Lightning hands a stateful loader (``state_dict``/``load_state_dict``: attnlab's
+    :class:`~attnlab.data.sampling.ResumableDataLoader` and ``data=tokens``' loader) its saved
+    state only when it builds the loader after reading the checkpoint. A
+    ``configure_optimizers`` that asks ``trainer.estimated_stepping_batches`` (the length of
+    attnlab's cosine schedule when ``optim.decay_steps`` is null and the run has an epoch
+    bound) builds it before, and Lightning then drops the saved position without a word
+    (Lightning issue 20550): the resumed epoch starts again at its first batch. This callback
+    reads the positions from the checkpoint and hands them to the loaders before the first
+    batch is drawn; handing one twice (when Lightning did too) changes nothing.
+    """
+
+    def __init__(self) -> None:
+        self._pending: list[dict[str, Any]] = []
+
+    def on_load_checkpoint(
+        self, trainer: L.Trainer, pl_module: Any, checkpoint: dict[str, Any]
+    ) -> None:
+        fit_loop = (checkpoint.get("loops") or {}).get("fit_loop") or {}
+        self._pending = list((fit_loop.get("state_dict") or {}).get("combined_loader") or [])
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
+        states, self._pending = self._pending, []
+        if not states:
+            return
+        loaders = trainer.train_dataloader
+        if isinstance(loaders, dict):
+            loaders = list(loaders.values())
+        elif not isinstance(loaders, list | tuple):
+            loaders = [loaders]
+        stateful = [dl for dl in loaders if callable(getattr(dl, "load_state_dict", None))]
+        if len(stateful) == len(states):  # else Lightning has refused the checkpoint already
+            for loader, state in zip(stateful, states, strict=True):
+                loader.load_state_dict(state)
 
 
 def own_rng_states() -> dict[str, Any]:

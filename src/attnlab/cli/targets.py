@@ -60,6 +60,7 @@ RUN_OBJECTS = frozenset({
     "attnlab.callbacks.divergence.DivergenceGuard",
     "attnlab.callbacks.diagnostics.TrainingDiagnostics",
     "attnlab.callbacks.resume.RngState",
+    "attnlab.callbacks.resume.LoaderPosition",
     "attnlab.callbacks.stop.GracefulStop",
     "attnlab.callbacks.progress.StepProgressBar",
     "attnlab.callbacks.progress.ValidateAtMaxSteps",

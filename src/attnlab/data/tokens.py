@@ -173,7 +173,10 @@ class TokenStreamLoader(DataLoader):
         taken = int(state.get("samples_taken", 0))
         if data.steps(taken) == 0:  # saved at the end of an epoch: the next one starts afresh
             return
-        self._resume_at = (int(state.get("epoch", 0)), taken)
+        resume_at = (int(state.get("epoch", 0)), taken)
+        if resume_at == self._resume_at:
+            return  # handed the same state twice (attnlab.callbacks.resume.LoaderPosition)
+        self._resume_at = resume_at
         before = int(state.get("world_size", 1)) * int(state.get("batch_size", data.batch_size))
         if data.global_batch > before:
             import warnings
