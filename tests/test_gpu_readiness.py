@@ -87,6 +87,21 @@ def test_the_run_builds_its_model_once_and_refuses_it_while_building(
         pipeline.build_model_within_memory(cfg, "lm", "gpu")
 
 
+def test_a_model_whose_one_matrix_outgrows_memory_is_refused_before_it_is_allocated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """d_model = 2^20: one W_Q alone is 4 TiB, which no allocator gives; the parameters are
+    counted first (on the meta device), so the refusal is the one-line memory error."""
+    from attnlab.models import ModelConfig
+
+    # a vocabulary of 4: the embeddings (4 M parameters) fit, W_Q, W_K, W_V do not
+    cfg = ModelConfig.from_dict({"name": "decoder_only", "d_model": 2**20, "n_heads": 4,
+                                 "n_layers": 2, "vocab_size": 4})  # fmt: skip
+    monkeypatch.setattr(pipeline, "available_memory", lambda accelerator: (2**30, "available"))
+    with pytest.raises(ConfigError, match="choose a smaller model.d_model or n_layers"):
+        pipeline.build_model_within_memory(cfg, "lm", "cpu")
+
+
 def test_is_primary_process_reads_slurm_procid(monkeypatch: pytest.MonkeyPatch) -> None:
     """submitit and srun start every task themselves: only task 0 writes train.log."""
     from attnlab.cli.rundir import is_primary_process

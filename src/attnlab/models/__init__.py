@@ -12,6 +12,7 @@ from attnlab.models.transformer import (
     EncoderOnly,
     TransformerModel,
     build_model,
+    count_parameters,
 )
 from attnlab.models.vit import VisionTransformer
 
@@ -27,4 +28,5 @@ __all__ = [
     "TransformerModel",
     "VisionTransformer",
     "build_model",
+    "count_parameters",
 ]

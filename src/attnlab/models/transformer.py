@@ -226,15 +226,31 @@ class EncoderDecoder(TransformerModel):
         )
 
 
-def build_model(cfg: ModelConfig, task: str | None = None) -> Architecture:
-    """Instantiate the architecture named by ``cfg.name`` for data of kind ``task``
-    (default: the first task its feeding serves), in the parametrisation ``cfg.param``."""
+def _architecture_for(cfg: ModelConfig, task: str | None) -> tuple[type[Architecture], str]:
+    """The class of ``model=<cfg.name>`` and the task it is built for (default: the first
+    its feeding serves)."""
     cls = ARCHITECTURES.get(cfg.name)
     if task is None:
         from attnlab.models.interface import TASK_KINDS
 
         task = next(t for t in TASK_KINDS if cls.feeding.serves(t))
+    return cls, task
+
+
+def build_model(cfg: ModelConfig, task: str | None = None) -> Architecture:
+    """Instantiate the architecture named by ``cfg.name`` for data of kind ``task``
+    (default: the first task its feeding serves), in the parametrisation ``cfg.param``."""
+    cls, task = _architecture_for(cfg, task)
     model = cls(cfg, task)
     if cfg.param == "mup":
         apply_mup(model, cfg)
     return model
+
+
+def count_parameters(cfg: ModelConfig, task: str | None = None) -> int:
+    """The parameters ``build_model(cfg, task)`` would hold, counted exactly without
+    allocating them: the model built on the ``meta`` device (shapes only, no storage, no
+    random numbers drawn). μP changes no shape, so the SP model is counted."""
+    cls, task = _architecture_for(cfg, task)
+    with torch.device("meta"):
+        return cls(cfg, task).num_params()
