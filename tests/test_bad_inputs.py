@@ -80,6 +80,8 @@ CONFIG_CASES: dict[str, tuple[list[str], str]] = {
     "encoder_only_seq2seq": (["model=encoder_only", "data=reverse"], "model=encoder_only"),
     "sweep_without_m": (["model.norm=pre,post"], "add -m"),
     "sweep_bad_value": (["-m", "model.norm=pre,mid"], "model.norm=mid"),
+    "two_hydra_modes": (["-m", "model.norm=pre,post", "--cfg", "hydra"],
+                        "--cfg and --multirun cannot be combined"),  # fmt: skip
     "grammar": (["tags=[a"], "quote the value"),
     "resume_single_run": (["resume=true"], "resume=true continues a sweep"),
     "wandb_log_model_offline": (
@@ -92,6 +94,15 @@ CONFIG_CASES: dict[str, tuple[list[str], str]] = {
     "flex_on_cpu": (
         ["model.attention=sliding_window", "model.attn_impl=flex"],
         "model.attn_impl=flex has no backward pass on CPU",
+    ),  # fmt: skip
+    "vit_on_tokens": (["model=vit", "data=reverse"], "model=vit does not fit a seq2seq"),
+    "accelerator_typo": (["trainer.accelerator=tpu_typo"], "trainer.accelerator=tpu_typo"),
+    "gpu_on_a_cpu_machine": (["trainer=gpu"], "trainer.accelerator=gpu asks for a device"),
+    "conv_kernel_wider_than_any_sequence": (
+        ["model=conv", "model.kernel_size=1001"], "model.kernel_size=1001 is wider",
+    ),  # fmt: skip
+    "conv_kernel_wider_than_the_data": (
+        ["model=conv", "model.kernel_size=100"], "model.kernel_size=100 is wider",
     ),  # fmt: skip
     # a position table shorter than the data's longest sequence, as each task lays it out
     "max_len_source_sep_target": (
@@ -109,9 +120,9 @@ CONFIG_CASES: dict[str, tuple[list[str], str]] = {
 }
 # refused after Hydra made the run directory (the job itself found it): a failed summary
 IN_THE_JOB = (
-    "encoder_only_seq2seq", "lightning_refuses", "wandb_log_model_offline", "flex_on_cpu",
-    "max_len_source_sep_target", "max_len_teacher_forcing", "max_len_lm_block",
-    "max_len_classification",
+    "lightning_refuses", "wandb_log_model_offline", "max_len_source_sep_target",
+    "max_len_teacher_forcing", "max_len_lm_block", "max_len_classification",
+    "conv_kernel_wider_than_the_data",
 )  # fmt: skip
 
 
@@ -157,6 +168,17 @@ def test_a_bad_config_value_is_refused_in_one_line(
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["status"] == "failed" and named.split("=")[0] in summary["error"]
         assert not (run_dir / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("preset", ["multi30k_base_gpu", "gpt2_small"])
+def test_a_gpu_preset_on_a_machine_without_one_is_refused_before_its_run_directory(
+    preset: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    logs = logs_with_an_earlier_run(tmp_path)
+    assert train_exit([f"experiment={preset}", f"paths.log_dir={logs}"]) == 2
+    assert f"experiment={preset} is a preset for GPUs" in one_error_line(capfd)
+    assert [p for p in logs.glob("*/*/*") if p != logs / EARLIER] == []
+    earlier_run_untouched(logs)
 
 
 @pytest.mark.parametrize(("overrides", "max_len"), [

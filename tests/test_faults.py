@@ -231,3 +231,105 @@ def test_a_cluster_handler_is_called_after_the_checkpoint_so_the_requeued_job_co
     assert seen["step"] == 3  # the step during which the signal came, completed and saved
     record = summary(run_dir)
     assert record["status"] == "preempted" and "requeued" in record["error"]
+
+
+@pytest.mark.parametrize(("signum", "status", "code"), [
+    (signal.SIGTERM, "preempted", 143), (signal.SIGINT, "interrupted", 130),
+])  # fmt: skip
+def test_a_signal_while_the_run_sets_up_ends_it_at_once_with_its_status(
+    signum: int, status: str, code: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Set-up (tokenizer training, caching, building) has no step to finish: a scheduler's
+    signal there ends the run at once, and summary.json says how."""
+    from attnlab.cli import pipeline
+
+    run_dir, built = tmp_path / "run", []
+    real_build = pipeline.build_data
+
+    def signalled_while_building(cfg):  # noqa: ANN001, ANN202
+        os.kill(os.getpid(), signum)  # arrives during the build, before any training step
+        built.append("went on")  # the handler raises before this line
+        return real_build(cfg)
+
+    monkeypatch.setattr(pipeline, "build_data", signalled_while_building)
+    assert train_code([*TINY_MODEL, *ONE_EPOCH, f"hydra.run.dir={run_dir}"]) == code
+    assert built == []
+    record = summary(run_dir)
+    assert record["status"] == status and "ckpt_path=last" in record["error"]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers were put back
+
+
+def test_a_signal_during_set_up_is_handed_to_the_cluster_handler_after_the_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attnlab.cli import pipeline
+
+    run_dir, seen = tmp_path / "run", {}
+
+    def requeue(signum: int, frame: object) -> None:  # what submitit's handler does
+        seen["status"] = summary(run_dir)["status"]
+        raise SystemExit(-1)
+
+    real_build = pipeline.build_data
+    monkeypatch.setattr(pipeline, "build_data", lambda cfg: (
+        os.kill(os.getpid(), signal.SIGUSR2), real_build(cfg))[1])  # fmt: skip
+    previous = signal.signal(signal.SIGUSR2, requeue)
+    try:
+        assert train_code([*TINY_MODEL, *ONE_EPOCH, f"hydra.run.dir={run_dir}"]) == -1
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    assert seen["status"] == "preempted"
+
+
+def test_a_second_signal_mid_step_stops_at_once_keeping_the_last_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step longer than the cluster's grace period is not waited for: the second signal
+    ends the run where it stands; the checkpoint of the last validation stays as it was."""
+    from attnlab.tasks.classification import ClassificationTask as Task
+
+    run_dir, sent = tmp_path / "run", []
+    real_step = Task.training_step
+
+    def two_signals_at_step_3(self, batch, batch_idx):  # noqa: ANN001, ANN202
+        if self.global_step == 3 and not sent:
+            sent.append(True)
+            os.kill(os.getpid(), signal.SIGTERM)  # recorded: stop at the end of this step
+            os.kill(os.getpid(), signal.SIGTERM)  # the second: at once
+        return real_step(self, batch, batch_idx)
+
+    monkeypatch.setattr(Task, "training_step", two_signals_at_step_3)
+    args = [*TINY_MODEL, *ONE_EPOCH, "trainer.max_epochs=3", f"hydra.run.dir={run_dir}"]
+    assert train_code(args) == 143
+    record = summary(run_dir)
+    assert record["status"] == "preempted" and "second signal" in record["error"]
+    last = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    assert last["global_step"] == 2  # the end of epoch 1's validation, not step 3 half-done
+
+
+def test_a_signal_stops_without_validating_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lightning validates once more when a run stops early; a translation's BLEU decoding
+    can take minutes that a preempted job does not have."""
+    from attnlab.tasks.classification import ClassificationTask as Task
+
+    run_dir, validated = tmp_path / "run", []
+    real_step, real_val = Task.training_step, Task.validation_step
+
+    def signal_at_step_3(self, batch, batch_idx):  # noqa: ANN001, ANN202
+        if self.global_step == 3 and not validated.count("signal"):
+            validated.append("signal")
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return real_step(self, batch, batch_idx)
+
+    def counted(self, batch, batch_idx):  # noqa: ANN001, ANN202
+        validated.append(self.global_step)
+        return real_val(self, batch, batch_idx)
+
+    monkeypatch.setattr(Task, "training_step", signal_at_step_3)
+    monkeypatch.setattr(Task, "validation_step", counted)
+    args = [*TINY_MODEL, *ONE_EPOCH, "trainer.max_epochs=3", f"hydra.run.dir={run_dir}"]
+    assert train_code(args) == 143
+    assert summary(run_dir)["stopped_at_step"] == 4
+    assert validated == [2, "signal"]  # epoch 1's validation only

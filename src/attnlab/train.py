@@ -63,8 +63,20 @@ def _sets_mode(overrides: list[str]) -> bool:
     return any(o.lstrip("+~").startswith("hydra.mode") for o in overrides)
 
 
+# Hydra runs in one of these modes; it refuses two at once with a traceback
+HYDRA_MODES = {"-m": "--multirun", "--multirun": "--multirun", "-r": "--run", "--run": "--run",
+               "-c": "--cfg", "--cfg": "--cfg", "-i": "--info", "--info": "--info",
+               "-sc": "--shell-completion", "--shell-completion": "--shell-completion"}  # fmt: skip
+
+
 def _split(argv: list[str]) -> tuple[list[str], bool, bool]:
-    """(overrides, multirun?, has other Hydra flags?)."""
+    """(overrides, multirun?, has other Hydra flags?); two modes at once end in one line."""
+    from attnlab.cli.common import fail
+
+    modes = sorted({HYDRA_MODES[a.split("=")[0]] for a in argv if a.split("=")[0] in HYDRA_MODES})
+    if len(modes) > 1:
+        fail(f"{' and '.join(modes)} cannot be combined: Hydra runs one of them at a time "
+             "(--cfg and --info show one run's config: drop -m and give one value per key)")
     multirun = any(a in ("-m", "--multirun") for a in argv)
     flags = any(a.split("=")[0] in HYDRA_FLAGS_WITHOUT_CHECK for a in argv)
     overrides = [a for a in argv if not a.startswith("-")]

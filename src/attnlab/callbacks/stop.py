@@ -4,26 +4,37 @@ A signal arriving in the middle of an optimiser step would leave half-updated
 weights, so the handler only records it; the run stops at the next step
 boundary, writes ``checkpoints/last.ckpt`` there (resumable with
 ``ckpt_path=last``), and reports the status to the run's ``Outcome``, which the run's
-record writes into summary.json.
+record writes into summary.json. It does not validate again on the way out (the last
+validation's numbers stand).
 
-* SIGINT (Ctrl-C): ``interrupted``. A second Ctrl-C stops at once, as usual.
+* SIGINT (Ctrl-C): ``interrupted``.
 * SIGUSR1, SIGUSR2, SIGTERM: ``preempted`` — what SLURM sends before a time limit
   or a preemption (``#SBATCH --signal=USR1@90``; submitit asks for USR2).
+
+A signal ends the run at once (:class:`Stopped`, with the same status) where there is no
+step to finish: while the run sets up (tokenizer training, caching, building: the run
+wraps that in :func:`stop_at_once`), before the first training step, and during the test
+of the best checkpoint. A second signal mid-step also stops at once (the last checkpoint
+stays as it was): a step that takes longer than a cluster's grace period is not waited
+for twice.
 
 A handler that was installed before the run (submitit's, which requeues the
 job) is called after the checkpoint is written, so the requeued job finds it.
 
 Lightning installs a SIGTERM handler of its own when training starts (after
-``on_fit_start``): it raises ``SIGTERMException`` at the end of the step, before
-this callback could record the status. So the handlers are installed again in
-``on_train_start``, after Lightning's, and Lightning's record of the handlers to
-restore afterwards is pointed at the ones from before the run.
+``on_fit_start``; this callback's are installed at ``setup``, the first hook of a fit): it
+raises ``SIGTERMException`` at the end of the step, before this callback could record the
+status. So the handlers are installed again in ``on_train_start``, after Lightning's, and
+Lightning's record of the handlers to restore afterwards is pointed at the ones from before
+the run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +48,48 @@ for _name in ("SIGUSR1", "SIGUSR2"):
         STATUS_OF_SIGNAL[getattr(signal, _name)] = "preempted"
 
 
+class Stopped(BaseException):
+    """A signal that ends the run where it stands (``status``: interrupted or preempted).
+
+    ``handover``: the handler that was installed before the run (submitit's requeue), to be
+    called once the run's record is written; None when there was none."""
+
+    def __init__(self, signum: int, handover: Any = None) -> None:
+        self.signum, self.status = signum, STATUS_OF_SIGNAL[signum]
+        self.handover = handover if _hands_over(handover) else None
+        super().__init__(f"{self.status} by {signal.Signals(signum).name}")
+
+
+def _hands_over(handler: Any) -> bool:
+    """A handler of someone else's to call after the run's record: not Python's or the
+    default dispositions."""
+    return callable(handler) and handler is not signal.default_int_handler
+
+
+@contextlib.contextmanager
+def stop_at_once() -> Iterator[None]:
+    """While the block runs, SIGINT/SIGTERM/SIGUSR1/SIGUSR2 raise :class:`Stopped`; the
+    handlers from before are put back after it (and handed the signal by the run)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous: dict[int, Any] = {}
+
+    def handle(signum: int, frame: Any) -> None:
+        raise Stopped(signum, previous.get(signum))
+
+    for signum in STATUS_OF_SIGNAL:
+        previous[signum] = signal.signal(signum, handle)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 class GracefulStop(L.Callback):
-    """Turns SIGINT/SIGTERM/SIGUSR1 during ``fit`` into a checkpoint and a clean stop."""
+    """Turns SIGINT/SIGTERM/SIGUSR1 during ``fit`` into a checkpoint and a clean stop at the
+    end of the step; before the first step, or a second signal, into :class:`Stopped`."""
 
     run_inputs = ("outcome",)  # what the run hands it (attnlab.cli.components)
 
@@ -53,17 +104,23 @@ class GracefulStop(L.Callback):
         self._previous: dict[int, Any] = {}
         self.check_every_n_steps = max(int(check_every_n_steps), 1)
         self._checked_step = -1
+        self._stepping = True  # a training step has begun (set-up: False, from ``setup``)
 
     def _handle(self, signum: int, frame: Any) -> None:
-        if self.status is not None and signum == signal.SIGINT:  # the second Ctrl-C
-            raise KeyboardInterrupt
+        if not self._stepping or self.status is not None:  # no step to finish, or a second
+            raise Stopped(signum, self._previous.get(signum))
         self.status, self.signum = STATUS_OF_SIGNAL[signum], signum
 
-    def on_fit_start(self, trainer: L.Trainer, pl_module: Any) -> None:
-        if threading.current_thread() is not threading.main_thread():
+    def setup(self, trainer: L.Trainer, pl_module: Any, stage: str) -> None:
+        """The first hook of a fit: from here on a signal is this callback's."""
+        if stage != "fit" or threading.current_thread() is not threading.main_thread():
             return  # signal handlers can only be set from the main thread
+        self._stepping = False
         for signum in STATUS_OF_SIGNAL:
             self._previous[signum] = signal.signal(signum, self._handle)
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        self._stepping = True
 
     def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
         if not self._previous:
@@ -90,6 +147,9 @@ class GracefulStop(L.Callback):
         self.outcome.stop(self.status, f"{where}; continue with ckpt_path=last")
         trainer.save_checkpoint(self.last_path(trainer))
         trainer.should_stop = True
+        # Lightning validates once more when a run stops early; after a signal that is time
+        # the cluster's grace period does not have (a translation's BLEU decodes for minutes)
+        trainer.limit_val_batches = 0
         previous = self._previous.get(self.signum) if self.signum is not None else None
         if callable(previous) and previous is not signal.default_int_handler:
             self.outcome.handed_over = True

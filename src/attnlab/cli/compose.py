@@ -135,13 +135,16 @@ def composition_error(exc: Exception, overrides: list[str]) -> None:
 
 
 def check_values(cfg: DictConfig, source: str = "the command line") -> Any:
-    """Every check a job would make first (allowlisted targets, types, ranges), as one line;
-    the checked ModelConfig."""
-    from attnlab.cli.schema import check_run_config
+    """Every check a job would make first (allowlisted targets, types, ranges, the pieces
+    that fit together, this machine), as one line; the checked ModelConfig."""
+    from attnlab.cli.preflight import check_before_run
+    from attnlab.cli.schema import check_run_config, plain_config
     from attnlab.errors import UserError
 
     try:
-        return check_run_config(cfg, source)
+        checked = check_run_config(cfg, source)
+        check_before_run(plain_config(cfg))
+        return checked
     except UserError as exc:
         fail(str(exc))
 

@@ -28,9 +28,11 @@ from attnlab.callbacks.resume import (
 )
 from attnlab.callbacks.stop import GracefulStop
 from attnlab.cli.components import component_class, needs_of, supplied
+from attnlab.cli.preflight import check_trains_here
 from attnlab.data.base import AttnlabDataModule
 from attnlab.errors import CheckpointError, ConfigError, UserError
 from attnlab.model_config import ModelConfig
+from attnlab.models import ARCHITECTURES
 from attnlab.tasks import Task, check_compatible, task_class
 
 
@@ -65,7 +67,6 @@ def build_data(cfg: DictConfig) -> AttnlabDataModule:
         raise ConfigError("data._target_ must name an AttnlabDataModule subclass")
     check_compatible(str(cfg.model.name), datamodule.task, bool(cfg.model.get("prefix_lm", False)))
     if getattr(datamodule, "given_labels", False):
-        from attnlab.models import ARCHITECTURES
 
         if ARCHITECTURES.get(str(cfg.model.name)).feeding.lm != "causal":
             raise ConfigError(
@@ -170,17 +171,6 @@ def build_model_within_memory(model_cfg: ModelConfig, task: str, accelerator: st
     return build_model(model_cfg, task)
 
 
-def check_flex(model: dict[str, Any], accelerator: str, train: bool) -> None:
-    """model.attn_impl=flex trains only on CUDA: torch has no FlexAttention backward on CPU."""
-    import torch
-
-    from attnlab.nn.flex import CPU_BACKWARD
-
-    on_gpu = accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available()
-    if model.get("attn_impl") == "flex" and train and not on_gpu:
-        raise ConfigError(CPU_BACKWARD)
-
-
 def last_logged(trainer: L.Trainer) -> dict[str, float]:
     """The last value of every metric in the run's metrics.csv but the test ones: what a
     resumed run had logged before (its last validation), for a summary that keeps every
@@ -218,9 +208,13 @@ def build_task(
     if getattr(datamodule, "document_mask", False):
         check_document_mask(model_cfg)
     task_cls = task_class(datamodule.task)
+    longest = datamodule.longest()
+    if longest:
+        ARCHITECTURES.get(model_cfg.name).check_lengths(model_cfg, max(longest.values()))
     architecture = build_model_within_memory(model_cfg, task_cls.kind, accelerator,
                                              shards(cfg.trainer))  # fmt: skip
-    check_flex(model, accelerator, bool(cfg.get("train", True)))
+    if cfg.get("train", True):
+        check_trains_here(model, accelerator)
     task = task_cls(
         model=model,
         optim=container(cfg.optim),
@@ -239,7 +233,6 @@ def build_task(
 
 def check_document_mask(model_cfg: ModelConfig) -> None:
     """``data.document_mask=true`` needs a Transformer whose attention takes a dense mask."""
-    from attnlab.models import ARCHITECTURES
 
     name = model_cfg.name
     if not ARCHITECTURES.get(name).takes_documents:

@@ -201,8 +201,17 @@ class RunRecord:
     def _train(self, cfg: Any, checked: ModelConfig | None) -> None:
         """``train``, with every way it can end recorded: a stop, a user's error, a crash."""
         result = self.result
+        from attnlab.callbacks.stop import Stopped
+
         try:
             result.update(train(cfg, self.run_dir, not self.quiet, self.outcome, checked))
+        except Stopped as stop:  # set-up, test, or a second signal: nothing left to finish
+            result.update(status=stop.status, error=f"{stop} with no step left to finish "
+                          "(set-up, test, or a second signal); continue with ckpt_path=last")
+            self.write_summary()
+            if stop.handover is not None:  # the cluster's handler requeues the job and exits
+                stop.handover(stop.signum, None)
+            raise SystemExit(EXIT_CODES[stop.status]) from None
         except (KeyboardInterrupt, SystemExit) as exc:
             if isinstance(exc, SystemExit) and exc.code == 2:
                 raise  # a one-line error already printed
@@ -255,33 +264,36 @@ def train(
     ModelConfig a check of this same config returned (else the config is checked here)."""
     import lightning as L
 
+    from attnlab.callbacks.stop import stop_at_once
     from attnlab.cli import pipeline
     from attnlab.cli.mlflow_setup import finish_mlflow
     from attnlab.cli.wandb_setup import ModelSizeInConfig, finish_wandb, uses_wandb
 
     model_cfg = checked if checked is not None else pipeline.check_config(cfg)
-    L.seed_everything(int(cfg.seed), workers=True, verbose=False)
-    datamodule = pipeline.build_data(cfg)
-    task = pipeline.build_task(cfg, datamodule, model_cfg)
-    resume_from = pipeline.checkpoint_to_resume(cfg, run_dir)
-    resume_step = None  # None: a fresh metrics.csv; a step: keep the rows up to it
-    if resume_from:
-        step = pipeline.check_resumable(task, resume_from)
-        resume_step = sys.maxsize if step is None else step
-    outcome = outcome if outcome is not None else Outcome()
-    callbacks = pipeline.build_callbacks(cfg, outcome)
-    loggers = pipeline.build_loggers(cfg, run_dir, resume_step)
+    with stop_at_once():  # set-up (tokenizer training, caching, building): a signal ends it
+        L.seed_everything(int(cfg.seed), workers=True, verbose=False)
+        datamodule = pipeline.build_data(cfg)
+        task = pipeline.build_task(cfg, datamodule, model_cfg)
+        resume_from = pipeline.checkpoint_to_resume(cfg, run_dir)
+        resume_step = None  # None: a fresh metrics.csv; a step: keep the rows up to it
+        if resume_from:
+            step = pipeline.check_resumable(task, resume_from)
+            resume_step = sys.maxsize if step is None else step
+        outcome = outcome if outcome is not None else Outcome()
+        callbacks = pipeline.build_callbacks(cfg, outcome)
+        loggers = pipeline.build_loggers(cfg, run_dir, resume_step)
     if uses_wandb(loggers):
         callbacks.append(ModelSizeInConfig())
     out: dict[str, Any] = {"status": "failed"}
     try:
-        trainer = pipeline.build_trainer(cfg, run_dir, callbacks, loggers)
-        if banner and trainer.is_global_zero:
-            print(f"parameters:    {task.model.num_params():,}\n"
-                  f"device:        {trainer.strategy.root_device} × {trainer.world_size} "
-                  f"({trainer.precision} precision)", flush=True)  # fmt: skip
-        if trainer.is_global_zero:
-            datamodule.save_tokenizer(run_dir)
+        with stop_at_once():
+            trainer = pipeline.build_trainer(cfg, run_dir, callbacks, loggers)
+            if banner and trainer.is_global_zero:
+                print(f"parameters:    {task.model.num_params():,}\n"
+                      f"device:        {trainer.strategy.root_device} × {trainer.world_size} "
+                      f"({trainer.precision} precision)", flush=True)  # fmt: skip
+            if trainer.is_global_zero:
+                datamodule.save_tokenizer(run_dir)
         out = _fit_and_test(cfg, trainer, task, datamodule, resume_from, outcome)
         out.update(task=datamodule.task, params=task.model.num_params())
         return out
@@ -304,8 +316,11 @@ def _fit_and_test(cfg: Any, trainer: Any, task: Any, datamodule: Any, resume_fro
     status = outcome.status or "completed"
     best = pipeline.best_checkpoint(trainer)
     if cfg.get("test", True) and status == "completed":
-        pipeline.test_without_repeats(datamodule)
-        trainer.test(task, datamodule=datamodule, ckpt_path=best, weights_only=True)
+        from attnlab.callbacks.stop import stop_at_once
+
+        with stop_at_once():  # no step to finish: a signal ends the test at once
+            pipeline.test_without_repeats(datamodule)
+            trainer.test(task, datamodule=datamodule, ckpt_path=best, weights_only=True)
         metrics.update(pipeline.scalar_metrics(trainer.callback_metrics))
     throughput = next((c for c in trainer.callbacks if isinstance(c, TokenThroughput)), None)
     counted = throughput is not None and throughput.counts_flops

@@ -56,6 +56,12 @@ class AttnlabDataModule(L.LightningDataModule):
     num_classes: int | None = None
     tokenizer: Tokenizer | None = None
 
+    @classmethod
+    def task_for(cls, config: dict[str, Any]) -> str:
+        """The task this module serves with the ``data.*`` keys ``config``, known before it is
+        built (an architecture that cannot take it is refused before a run starts)."""
+        return cls.task
+
     def decode(self, ids: list[int]) -> str:
         """Token ids to text, dropping special tokens; used for BLEU and generation."""
         ids = [i for i in ids if i >= NUM_SPECIAL]

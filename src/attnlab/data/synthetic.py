@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -99,6 +100,10 @@ class SyntheticDataModule(AttnlabDataModule):
 
     KINDS = ("copy", "reverse", "sort", "addition", "majority")
 
+    @classmethod
+    def task_for(cls, config: dict[str, Any]) -> str:
+        return "classification" if config.get("kind", "reverse") == "majority" else "seq2seq"
+
     def __init__(
         self,
         kind: str = "reverse",
@@ -124,7 +129,7 @@ class SyntheticDataModule(AttnlabDataModule):
         if min_len > max_len:
             raise ConfigError(f"data.min_len={min_len} exceeds data.max_len={max_len}; swap them")
         self.kind, self.seed = kind, seed
-        self.task = "classification" if kind == "majority" else "seq2seq"
+        self.task = self.task_for({"kind": kind})
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
         self.n_symbols = 11 if kind == "addition" else n_symbols
         self.min_len, self.max_len = min_len, max_len

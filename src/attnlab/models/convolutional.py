@@ -219,6 +219,18 @@ class ConvSeq2Seq(Architecture):
                 f"model.init={cfg.init}: model=conv initialises as Gehring et al. §3.5 "
                 "(model.init=paper); remove it"
             )
+        cls.check_lengths(cfg, cfg.max_len, "model.max_len")
+
+    @classmethod
+    def check_lengths(cls, cfg: ModelConfig, longest: int, what: str = "the data") -> None:
+        """A convolution wider than the longest sequence it reads has taps that only ever
+        multiply padding: weights (2C·C a tap, per layer) that no token reaches."""
+        if cfg.kernel_size > longest:
+            raise ConfigError(
+                f"model.kernel_size={cfg.kernel_size} is wider than the longest sequence "
+                f"({what}: {longest} tokens), so its taps past that read only padding; use "
+                f"model.kernel_size<={longest} (the paper's is 3 to 5)"
+            )
 
     def output_logits(self, hidden: Tensor) -> Tensor:
         return self.lm_head(self.dropout(hidden))

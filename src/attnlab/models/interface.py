@@ -170,6 +170,11 @@ class Architecture(nn.Module):
                 f"{', '.join(pools)}"
             )
 
+    @classmethod
+    def check_lengths(cls, cfg: ModelConfig, longest: int, what: str = "the data") -> None:
+        """Raise ConfigError for sizes that the data's ``longest`` sequence makes pointless
+        (checked before the model is built); nothing by default."""
+
     def pool_for(self, task: str) -> str:
         """The pooling ``pooled`` applies: ``model.pool`` or the feeding's default."""
         pool = self.cfg.pool or self.feeding.default_pool(task)
