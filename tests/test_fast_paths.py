@@ -197,8 +197,10 @@ class ClippingWatched(LanguageModelTask):
         self.seen = {"before": self._gradients(), "fused": optimizer.defaults["fused"]}
 
     def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: float | None = None,
-                                    gradient_clip_algorithm: str | None = None) -> None:  # fmt: skip
-        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+                                    gradient_clip_algorithm: str | None = None,
+                                    ) -> None:  # fmt: skip
+        super().configure_gradient_clipping(optimizer, gradient_clip_val,
+                                            gradient_clip_algorithm)  # fmt: skip
         self.seen["after"] = self._gradients()
 
 
