@@ -57,6 +57,9 @@ def cpu_name() -> str:
 def environment(device: torch.device, clock: str, quick: bool) -> dict[str, Any]:
     import torch
 
+    from attnlab.bench.contenders import find_transformers
+
+    find_transformers()
     try:
         import transformers
 
