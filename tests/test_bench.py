@@ -208,17 +208,19 @@ def test_make_bench_installs_nothing_into_the_venv(tmp_path: Path) -> None:
     assert f"ATTNLAB_HF_PARITY={venv}/hf-parity" in bench
 
 
-def test_the_bench_finds_transformers_in_the_parity_folder() -> None:
+def test_the_bench_finds_transformers_in_the_parity_folder(tmp_path: Path) -> None:
     folder = Path(os.environ.get("ATTNLAB_HF_PARITY", REPO / ".venv" / "hf-parity"))
     if not (folder / "transformers").is_dir():
         pytest.skip(f"no transformers in {folder} (make setup installs it)")
-    probe = ("import torch; from attnlab.bench.cli import environment; "
-             "from attnlab.bench.contenders import SIZES, hf_gpt2; "
-             "print(environment(torch.device('cpu'), 'wall', True)['transformers'], "
-             "type(hf_gpt2(SIZES['baby'])).__name__)")  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          env={**os.environ, "ATTNLAB_HF_PARITY": str(folder)},
-                          timeout=300)  # fmt: skip
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "attnlab.bench", "--quick", "--sizes", "tiny", "--threads", "1",
+         "--only", "decoder_only_vs_hf_gpt2", "--json", str(out)],
+        capture_output=True, text=True, env={**os.environ, "ATTNLAB_HF_PARITY": str(folder)},
+        timeout=300,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
     (installed,) = importlib.metadata.distributions(name="transformers", path=[str(folder)])
-    assert done.stdout.split() == [installed.version, "GPT2LMHeadModel"]
+    assert report["config"]["transformers"] == installed.version
+    assert report["ratios"]["tiny"]["decoder_only_vs_hf_gpt2"] > 0  # run, not skipped

@@ -87,7 +87,8 @@ def transformers_folder() -> Path:
 
 def find_transformers() -> None:
     """Put :func:`transformers_folder` on this process's path, after the environment's own
-    packages (a transformers installed there, ``pip install 'attnlab[bench]'``, wins)."""
+    packages (a transformers installed there, ``pip install 'attnlab[bench]'``, wins).
+    attnlab-bench calls it when it runs a Hugging Face comparison."""
     folder = transformers_folder()
     if folder.is_dir() and str(folder) not in sys.path:
         sys.path.append(str(folder))
@@ -95,7 +96,6 @@ def find_transformers() -> None:
 
 def hf_gpt2(size: BenchSize) -> nn.Module | None:
     """``transformers.GPT2LMHeadModel`` of the same size, or None when not installed."""
-    find_transformers()
     try:
         from transformers import GPT2Config, GPT2LMHeadModel
     except ImportError:
