@@ -20,12 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from attnlab.callbacks.divergence import DivergenceGuard
 from attnlab.callbacks.outcome import Outcome
 from attnlab.callbacks.progress import ValidateAtMaxSteps
-from attnlab.callbacks.resume import (
-    AtomicCheckpointIO,
-    ContinuedCSVLogger,
-    LoaderPosition,
-    RngState,
-)
+from attnlab.callbacks.resume import AtomicCheckpointIO, ContinuedCSVLogger, RngState
 from attnlab.callbacks.stop import GracefulStop
 from attnlab.cli.components import component_class, needs_of, supplied
 from attnlab.data.base import AttnlabDataModule
@@ -141,10 +136,13 @@ def check_memory(model: dict[str, Any] | ModelConfig, accelerator: str, task: st
     (shapes, no storage); activations come on top of this lower bound. A sharded strategy
     keeps ``1 / sharded_over`` of the state on each device.
     """
-    from attnlab.models import count_parameters
+    import torch
+
+    from attnlab.models import build_model
 
     cfg = model if isinstance(model, ModelConfig) else ModelConfig.from_dict(model)
-    params = count_parameters(cfg, task)
+    with torch.device("meta"):  # shapes only: no weights allocated, no random numbers drawn
+        params = build_model(cfg, task).num_params()
     need = params * TRAINING_BYTES_PER_PARAM / max(sharded_over, 1)
     have = available_memory(accelerator)
     if have is not None and need > have[0]:
@@ -159,14 +157,45 @@ def check_memory(model: dict[str, Any] | ModelConfig, accelerator: str, task: st
         )
 
 
+class _OverBudget(Exception):
+    """The parameters registered so far already pass the memory budget."""
+
+
 def build_model_within_memory(model_cfg: ModelConfig, task: str, accelerator: str,
                               sharded_over: int = 1) -> Any:  # fmt: skip
-    """The run's model, built once, after :func:`check_memory` has counted its parameters
-    without allocating them: a model that cannot fit is refused before any weight exists
-    (a single matrix of it may be larger than the machine's memory)."""
+    """The run's model, built once; refused in :func:`check_memory`'s words as soon as the
+    parameters registered while it is built need more memory than there is, so a model that
+    cannot fit never holds more than the device's free memory in weights."""
+    import torch
+    from torch.nn.modules.module import register_module_parameter_registration_hook
+
     from attnlab.models import build_model
 
-    check_memory(model_cfg, accelerator, task, sharded_over)
+    have = available_memory(accelerator)
+    if have is None:
+        return build_model(model_cfg, task)
+    budget = have[0] * max(sharded_over, 1) / TRAINING_BYTES_PER_PARAM  # parameters
+    seen: set[int] = set()
+    total = 0
+
+    def tally(module: Any, name: str, param: Any) -> None:
+        nonlocal total
+        if param is not None and id(param) not in seen:
+            seen.add(id(param))
+            total += param.numel()
+            if total > budget:
+                raise _OverBudget
+
+    rng = torch.random.get_rng_state()
+    handle = register_module_parameter_registration_hook(tally)
+    try:
+        return build_model(model_cfg, task)
+    except _OverBudget:
+        pass
+    finally:
+        handle.remove()
+    check_memory(model_cfg, accelerator, task, sharded_over)  # the exact count: the refusal
+    torch.random.set_rng_state(rng)  # a parameter replaced while building was counted twice
     return build_model(model_cfg, task)
 
 
@@ -323,10 +352,9 @@ def check_positions(task: Task, datamodule: AttnlabDataModule) -> None:
 
 def build_callbacks(cfg: DictConfig, outcome: Outcome | None = None) -> list[L.Callback]:
     """The configured callbacks, plus the ones every run needs whatever is configured:
-    random states and the loader's position in checkpoints (exact resume), a stop on a
-    NaN/inf loss, and a clean stop with a checkpoint on Ctrl-C or a cluster's preemption
-    signal. ``outcome``: where the callbacks that can end the run early report it
-    (``run_inputs``)."""
+    random states in checkpoints (exact resume), a stop on a NaN/inf loss, and a clean
+    stop with a checkpoint on Ctrl-C or a cluster's preemption signal. ``outcome``: where
+    the callbacks that can end the run early report it (``run_inputs``)."""
     run = {"outcome": outcome if outcome is not None else Outcome()}
     nodes = cfg.get("callbacks") or {}
     bar = cfg.trainer.get("enable_progress_bar", True) and not cfg.trainer.get("fast_dev_run")
@@ -338,8 +366,7 @@ def build_callbacks(cfg: DictConfig, outcome: Outcome | None = None) -> list[L.C
         if needs.with_progress_bar and not bar:
             continue
         callbacks.append(build(node, f"callbacks.{name}", **supplied(needs, run)))
-    for required in (RngState, LoaderPosition, DivergenceGuard, GracefulStop,
-                     ValidateAtMaxSteps):  # fmt: skip
+    for required in (RngState, DivergenceGuard, GracefulStop, ValidateAtMaxSteps):
         if not any(isinstance(c, required) for c in callbacks):
             callbacks.append(required(**supplied(needs_of(required), run)))
     return callbacks
@@ -371,12 +398,13 @@ def build_loggers(cfg: DictConfig, run_dir: Path, resume_step: int | None = None
 
 def precision_for_gpu(precision: Any, accelerator: Any) -> tuple[Any, str | None]:
     """``trainer.precision`` for this machine: bf16 on a GPU without bf16 (before Ampere:
-    V100, T4) becomes ``16-mixed`` (fp16 with loss scaling), with a one-line note."""
+    V100, T4) becomes ``16-mixed`` (fp16 with loss scaling), with a one-line note. Only
+    native bf16 counts: torch also calls a GPU that emulates it (slowly) supported."""
     import torch
 
     wants_bf16 = str(precision).startswith("bf16")
     on_gpu = str(accelerator) in ("gpu", "cuda", "auto") and torch.cuda.is_available()
-    if not (wants_bf16 and on_gpu) or torch.cuda.is_bf16_supported():
+    if not (wants_bf16 and on_gpu) or torch.cuda.is_bf16_supported(including_emulation=False):
         return precision, None
     name = torch.cuda.get_device_name()
     return "16-mixed", (f"note: {name} does not support bf16; training with "
