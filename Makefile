@@ -14,8 +14,9 @@ TORCH_INDEX ?=
 # the oldest torch attnlab runs on (pyproject.toml says the same; a test checks both)
 TORCH_FLOOR := (2, 7)
 STAMP := $(VENV)/.attnlab-installed
-# transformers for the export parity tests only, in a folder of its own that just those tests'
-# processes put on their path: installed in .venv, torchmetrics would import it in every process
+# transformers for the export parity tests and attnlab-bench only, in a folder of its own that
+# just their processes put on their path: installed in .venv, torchmetrics would import it in
+# every process
 HF_PARITY := $(VENV)/hf-parity
 TRANSFORMERS_SPEC ?= transformers==5.25.0
 
@@ -49,8 +50,7 @@ lint: setup
 	$(VENV)/bin/ruff check src tests
 
 bench: setup
-	$(PIP) install -q -e ".[dev,bench]" $(QUIET)
-	$(VENV)/bin/attnlab-bench --quick --json bench.json
+	ATTNLAB_HF_PARITY=$(HF_PARITY) $(VENV)/bin/attnlab-bench --quick --json bench.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache

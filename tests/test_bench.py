@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -189,3 +190,37 @@ def test_the_clock_choices_are_the_timing_clocks() -> None:
     from attnlab.bench.timing import CLOCKS
 
     assert set(CLOCK_NAMES) == set(CLOCKS)
+
+
+def test_make_bench_installs_nothing_into_the_venv(tmp_path: Path) -> None:
+    """transformers stays in <venv>/hf-parity, where only the processes that need it look
+    (installed in the venv, torchmetrics would import it in every process)."""
+    venv = tmp_path / "venv"
+    done = subprocess.run(["make", "-n", "bench", f"VENV={venv}"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    installs = [line for line in lines if " install " in line]
+    assert installs and not any("bench]" in line for line in installs), installs
+    assert all(f"--target {venv}/hf-parity" in line for line in installs
+               if "transformers" in line)  # fmt: skip
+    (bench,) = [line for line in lines if "attnlab-bench" in line]
+    assert f"ATTNLAB_HF_PARITY={venv}/hf-parity" in bench
+
+
+def test_the_bench_finds_transformers_in_the_parity_folder(tmp_path: Path) -> None:
+    folder = Path(os.environ.get("ATTNLAB_HF_PARITY", REPO / ".venv" / "hf-parity"))
+    if not (folder / "transformers").is_dir():
+        pytest.skip(f"no transformers in {folder} (make setup installs it)")
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "attnlab.bench", "--quick", "--sizes", "tiny", "--threads", "1",
+         "--only", "decoder_only_vs_hf_gpt2", "--json", str(out)],
+        capture_output=True, text=True, env={**os.environ, "ATTNLAB_HF_PARITY": str(folder)},
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    (installed,) = importlib.metadata.distributions(name="transformers", path=[str(folder)])
+    assert report["config"]["transformers"] == installed.version
+    assert report["ratios"]["tiny"]["decoder_only_vs_hf_gpt2"] > 0  # run, not skipped

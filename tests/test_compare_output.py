@@ -98,3 +98,29 @@ def test_json_format_holds_numbers_and_the_md_tables_means(tmp_path, capsys):
     for row in rows:
         for name, values in row["metrics"].items():
             assert f"| {format_number(values['mean'])} ± " in md, name
+
+
+def test_the_help_examples_read_the_folders_attnlab_train_writes() -> None:
+    """Each path of ``attnlab-compare --help`` matches the run or sweep directory Hydra gives
+    a run with the defaults (timestamps aside), as docs/design.md's "Runs on disk" says."""
+    import re
+    from fnmatch import fnmatch
+
+    from hydra import compose, initialize_config_dir
+
+    from attnlab.cli.common import config_dir, register_resolvers
+    from attnlab.compare.cli import EPILOG
+
+    register_resolvers()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        cfg = compose("config", overrides=["paths.log_dir=logs"], return_hydra_config=True)
+    written = [str(cfg.hydra.run.dir), str(cfg.hydra.sweep.dir), f"{cfg.hydra.sweep.dir}/0"]
+    stamp = re.compile(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_[0-9a-f]{8}")
+    commands = [line.split()[1:] for line in EPILOG.splitlines()
+                if line.strip().startswith("attnlab-compare ")]  # fmt: skip
+    words = [word.strip("'") for command in commands for word in command]
+    examples = [word for word in words if word.startswith("logs")]
+    assert len(examples) >= 7
+    for example in examples:
+        assert any(fnmatch(stamp.sub("STAMP", real), stamp.sub("STAMP", example))
+                   for real in written), (example, written)  # fmt: skip

@@ -53,6 +53,32 @@ def test_options_lists_every_registered_value_with_its_reference(
     assert any(line.startswith("experiment ") for line in lines)
 
 
+def test_options_lists_every_named_model_key_and_each_group_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from attnlab.model_config import BLOCKS, PARAMETRIZATIONS
+    from attnlab.models import ARCHITECTURES
+
+    assert attnlab_train.main(["--options"]) == 0
+    out = capsys.readouterr().out
+    assert "@package" not in out
+    headers, values, key = [], {}, ""
+    for line in out.splitlines():
+        if not line.strip() or line.startswith("Every other key"):
+            continue
+        words = line.split()
+        if not line[0].isspace():  # a key heads its first row only
+            key, words = words[0], words[1:]
+            headers.append(key)
+        values.setdefault(key, set()).add(words[0])
+    assert len(headers) == len(set(headers)), headers  # model once, each group once
+    assert values["model.block"] == set(BLOCKS)
+    assert values["model.param"] == set(PARAMETRIZATIONS)
+    pools = {pool for _, cls in ARCHITECTURES.items() for pool in cls.feeding.pools}
+    assert values["model.pool"] == pools
+    assert {"experiment", "debug", "logger"} <= set(headers)
+
+
 def test_a_run_stopped_by_max_steps_mid_epoch_validates_at_its_last_step(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"  # TINY: 2 batches an epoch, so step 1 ends mid-epoch
     assert attnlab_train.main([*TINY, "trainer.max_steps=1", f"hydra.run.dir={run_dir}"]) == 0

@@ -2,6 +2,8 @@
 
 * docs/configuration.md names every key of ``conf/model/_base.yaml`` (dotted, as
   ``model.ffn``) and of the sections of ``conf/config.yaml`` (``seed``, ``optim.lr``, …).
+* The groups tables of docs/configuration.md and docs/design.md name every option of every
+  group (``logger=mlflow``, …).
 * Every relative link in README.md and docs/*.md points at a file that exists and, for a
   link into a markdown file, at a heading that exists there (GitHub's anchors).
 """
@@ -54,6 +56,26 @@ def test_the_configuration_page_names_every_key_of_config_yaml() -> None:
     text = CONFIGURATION.read_text(encoding="utf-8")
     missing = [key for key in keys if not documented(key, text)]
     assert not missing, f"{CONFIGURATION.name} does not document {missing}"
+
+
+@pytest.mark.parametrize("page", ["configuration.md", "design.md"])
+def test_the_groups_table_names_every_option_of_every_group(page: str) -> None:
+    """Each group's row lists every file of its folder (the experiment presets in design.md;
+    configuration.md lists them in a section of their own)."""
+    from attnlab.cli.help import config_groups
+
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8").split("# Config groups\n")[1]
+    groups = config_groups(ROOT / "conf")
+    assert "mlflow" in groups["logger"]
+    missing = []
+    for group, options in groups.items():
+        if group == "experiment" and page == "configuration.md":
+            continue
+        row = next(line for line in text.splitlines() if line.startswith(f"| `{group}` |"))
+        row = re.sub(r"(\w+)\{([^}]*)\}",  # study_recurrence_{conv, lstm_none}
+                     lambda m: ", ".join(m[1] + part.strip() for part in m[2].split(",")), row)
+        missing += [f"{group}={o}" for o in options if not re.search(rf"\b{o}\b", row)]
+    assert not missing, f"{page}'s groups table does not name {missing}"
 
 
 def without_code(markdown: str) -> str:

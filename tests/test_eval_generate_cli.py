@@ -242,3 +242,25 @@ def test_the_default_model_learns_to_reverse_a_prompt(tmp_path: Path) -> None:
     assert attnlab("generate", f"run_dir={run_dir}", "prompt=1 2 3 4").strip() == "4 3 2 1"
     beam = attnlab("generate", f"run_dir={run_dir}", "prompt=3 1 4 1 5 9", "decode.strategy=beam")
     assert beam.strip() == "9 5 1 4 1 3"
+
+
+@pytest.mark.parametrize(("command", "says"), [
+    ("eval", "run_dir=logs/train/runs/<run>"), ("generate", "prompt_file"),
+    ("export", "format=hf writes config.json"), ("coord_check", "μP's coordinate check"),
+])  # fmt: skip
+def test_help_is_plain_text_without_restructuredtext_markup(
+    command: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib
+    import re
+
+    module = importlib.import_module(f"attnlab.{command}")
+    if command == "coord_check":
+        with pytest.raises(SystemExit) as done:  # argparse's help
+            module.main(["--help"])
+        assert done.value.code == 0
+    else:
+        assert module.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert says in out
+    assert "``" not in out and not re.search(r":[a-z]+:`", out), out

@@ -4,7 +4,10 @@ syncs, one compiled graph, activation checkpointing, and which parameters are de
 from __future__ import annotations
 
 import math
+import warnings
+from typing import Any
 
+import lightning as L
 import pytest
 import torch
 from torch import nn
@@ -149,6 +152,80 @@ def test_adamw_is_fused_by_default_and_not_when_asked() -> None:
     assert optimizer.defaults["fused"]
     plain = LanguageModelTask(model=model, optim={"fused": False}).configure_optimizers()
     assert not plain["optimizer"].defaults["fused"]
+
+
+def quiet_trainer(precision: str, clip: float, **options: Any) -> L.Trainer:
+    """A CPU Trainer with this precision and clipping; ``16-mixed`` with fp16's loss scaler
+    (on the CPU Lightning would otherwise run ``16-mixed`` as bf16)."""
+    from lightning.pytorch.plugins.precision import MixedPrecision
+
+    plugin = {"plugins": [MixedPrecision("16-mixed", "cpu")]} if precision == "16-mixed" else {
+        "precision": precision}  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return L.Trainer(accelerator="cpu", devices=1, gradient_clip_val=clip, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, **plugin, **options)  # fmt: skip
+
+
+@pytest.mark.parametrize(("precision", "clip", "fused"), [
+    ("bf16-mixed", 1.0, True),  # no loss scaler: the task clips the fused optimizer itself
+    ("16-mixed", 1.0, False),  # the fused step would unscale the gradients after clipping
+    ("16-mixed", 0.0, True),
+    ("32-true", 1.0, True),
+])  # fmt: skip
+def test_adamw_stays_fused_unless_a_loss_scaler_meets_clipping(
+    precision: str, clip: float, fused: bool
+) -> None:
+    task = LanguageModelTask(model=dict(name="decoder_only", vocab_size=30, d_model=16,
+                                        n_heads=2, n_layers=1))  # fmt: skip
+    task.trainer = quiet_trainer(precision, clip)
+    assert task.configure_optimizers()["optimizer"].defaults["fused"] is fused
+
+
+class ClippingWatched(LanguageModelTask):
+    """Records the gradients' norm and largest value before and after clipping."""
+
+    seen: dict[str, Any]
+
+    def _gradients(self) -> tuple[float, float]:
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        return (float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))),
+                max(float(g.abs().max()) for g in grads))  # fmt: skip
+
+    def on_before_optimizer_step(self, optimizer: Any) -> None:
+        self.seen = {"before": self._gradients(), "fused": optimizer.defaults["fused"]}
+
+    def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: float | None = None,
+                                    gradient_clip_algorithm: str | None = None,
+                                    ) -> None:  # fmt: skip
+        super().configure_gradient_clipping(optimizer, gradient_clip_val,
+                                            gradient_clip_algorithm)  # fmt: skip
+        self.seen["after"] = self._gradients()
+
+
+@pytest.mark.parametrize("algorithm", ["norm", "value"])
+def test_bf16_mixed_clips_the_fused_adamws_gradients(algorithm: str) -> None:
+    """Lightning refuses to clip a fused optimizer under mixed precision (for fp16's scaler);
+    under bf16-mixed, which has none, the task clips it: one real step on the CPU."""
+    from torch.utils.data import DataLoader
+
+    torch.manual_seed(0)
+    task = ClippingWatched(model=dict(name="decoder_only", vocab_size=30, d_model=16,
+                                      n_heads=2, n_layers=1, dropout=0.0))  # fmt: skip
+    tokens = torch.randint(6, 30, (4, 9))
+    clip = 1e-3  # well below the gradients' norm and their largest value
+    trainer = quiet_trainer("bf16-mixed", clip, gradient_clip_algorithm=algorithm, max_steps=1,
+                            limit_val_batches=0, num_sanity_val_steps=0)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no validation loader
+        trainer.fit(task, DataLoader([{"tokens": row} for row in tokens], batch_size=4))
+    (norm_before, top_before), (norm_after, top_after) = task.seen["before"], task.seen["after"]
+    assert task.seen["fused"] and norm_before > 10 * clip and top_before > 10 * clip
+    if algorithm == "norm":
+        assert norm_after == pytest.approx(clip, rel=1e-3)
+    else:
+        assert top_after == pytest.approx(clip)
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from attnlab import train as attnlab_train
+from attnlab.errors import ConfigError
 from cli_runs import TINY, finish, start, summary
 from composed_runs import TINY_MODEL
 
@@ -333,3 +334,48 @@ def test_a_signal_stops_without_validating_again(
     assert train_code(args) == 143
     assert summary(run_dir)["stopped_at_step"] == 4
     assert validated == [2, "signal"]  # epoch 1's validation only
+
+
+@pytest.mark.parametrize("name", ["ENOLCK", "ENOSYS", "EOPNOTSUPP"])
+def test_a_file_system_without_locks_runs_with_a_warning_not_a_refusal(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """flock's 'no locks here' (Lustre without flock, NFS without a lock daemon) is not
+    'locked by another run'."""
+    import fcntl
+
+    from attnlab.cli.rundir import LOCK_FILE, claim, release_all
+
+    code = getattr(errno, name)
+
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    try:
+        claim(tmp_path / "run", resuming=False, overwrite=False, what="hydra.run.dir")
+    finally:
+        release_all()
+    warning = capsys.readouterr().err
+    assert warning.startswith("warning: hydra.run.dir=") and "without file locks" in warning
+    assert errno.errorcode[code] in warning  # EOPNOTSUPP is ENOTSUP on Linux
+    assert (tmp_path / "run" / LOCK_FILE).read_text() == str(os.getpid())
+
+
+def test_a_directory_locked_by_another_process_is_still_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fcntl
+
+    from attnlab.cli.rundir import LOCK_FILE, claim
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / LOCK_FILE).write_text("4242")
+
+    def locked(fd: int, operation: int) -> None:
+        raise BlockingIOError(errno.EWOULDBLOCK, os.strerror(errno.EWOULDBLOCK))
+
+    monkeypatch.setattr(fcntl, "flock", locked)
+    with pytest.raises(ConfigError, match="is being written by another run \\(pid 4242\\)"):
+        claim(tmp_path / "run", resuming=False, overwrite=False, what="hydra.run.dir")

@@ -49,6 +49,27 @@ def test_bf16_on_a_gpu_without_it_falls_back_to_16_mixed(monkeypatch: pytest.Mon
     assert pipeline.precision_for_gpu("bf16-mixed", "cpu") == ("bf16-mixed", None)
 
 
+def emulating_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch on a V100 or T4: bf16 'supported' when emulation counts, which it does by
+    default, and not natively."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported",
+                        lambda including_emulation=True: including_emulation)  # fmt: skip
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla T4")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+
+
+def test_a_gpu_that_only_emulates_bf16_trains_in_16_mixed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from attnlab.bench.gpu import probes
+
+    emulating_gpu(monkeypatch)
+    precision, note = pipeline.precision_for_gpu("bf16-mixed", "gpu")
+    assert precision == "16-mixed" and note is not None and "T4" in note
+    assert probes.env()["bf16"] is False
+
+
 def test_a_dry_run_of_the_preset_trains_on_the_cpu(tmp_path: Path) -> None:
     """The preset as is, but small and on the CPU: every key it sets is one attnlab-train
     accepts, accumulation and the schedule included."""

@@ -94,6 +94,39 @@ def test_fp32_runs_are_measured_against_the_tf32_peak_when_tf32_is_on(
     assert gpu_check.peak_key("bf16") == "bf16"
 
 
+def test_the_gpu_check_steps_the_optimizer_and_clipping_that_training_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check's task chooses its AdamW, autocast and clipping under a Trainer with
+    trainer=gpu's precision and clipping, as it does in an attnlab-train run."""
+    from attnlab.tasks import LanguageModelTask
+    from cli_runs import compose_run
+
+    seen: dict = {}
+    choose = LanguageModelTask.configure_optimizers
+    clip = LanguageModelTask.configure_gradient_clipping
+
+    def chosen(task: LanguageModelTask) -> dict:
+        seen["trainer"] = (task.trainer.precision, task.trainer.gradient_clip_val)
+        seen["optimizers"] = choose(task)
+        return seen["optimizers"]
+
+    def clipped(task: LanguageModelTask, optimizer: object, *args: object) -> None:
+        seen.setdefault("clipped", []).append((optimizer is seen["optimizers"]["optimizer"], args))
+        clip(task, optimizer, *args)
+
+    monkeypatch.setattr(LanguageModelTask, "configure_optimizers", chosen)
+    monkeypatch.setattr(LanguageModelTask, "configure_gradient_clipping", clipped)
+    out = tmp_path / "check.json"
+    assert gpu_check.main(["--tiny", "--device", "cpu", "--precision", "bf16", "--steps", "1",
+                           "--warmup", "1", "--json", str(out)]) == 0  # fmt: skip
+    training = compose_run(["trainer=gpu"], tmp_path).trainer
+    assert seen["trainer"] == (training.precision, training.gradient_clip_val)
+    assert seen["clipped"] == [(True, (training.gradient_clip_val, "norm"))] * 2  # each step
+    fused = seen["optimizers"]["optimizer"].defaults["fused"]
+    assert json.loads(out.read_text())["fused_adamw"] is fused
+
+
 def test_a_failed_job_records_its_last_error_line() -> None:
     stderr = "Traceback (most recent call last):\n  File 'x.py'\nRuntimeError: CUDA out of memory\n"
     result = failure(Ran("train_vit", "python x.py", returncode=1, stderr=stderr))

@@ -4,16 +4,26 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import yaml
 
-from attnlab.cli.wandb_setup import ensure_mode, finish_wandb, prepare_wandb, run_identity
+from attnlab.cli.wandb_setup import (
+    ensure_mode,
+    finish_wandb,
+    init_settings,
+    prepare_wandb,
+    run_identity,
+)
+from attnlab.errors import ConfigError
 from cli_runs import (
     REPO_ROOT,
     TINY,
+    cli_env,
     compose_run,
     only_dir,
     run,
@@ -151,6 +161,46 @@ def test_without_credentials_wandb_goes_offline_instead_of_prompting(
     assert ensure_mode() == "offline"
     monkeypatch.setenv("WANDB_MODE", "disabled")
     assert ensure_mode() == "disabled"
+
+
+@pytest.mark.parametrize("mode", ["online", "run"])
+def test_wandb_online_without_credentials_is_refused_instead_of_prompting(
+    mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "NETRC"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
+    monkeypatch.setenv("WANDB_MODE", mode)
+    with pytest.raises(ConfigError, match=f"WANDB_MODE={mode} needs W&B credentials"):
+        ensure_mode()
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    assert ensure_mode() == mode
+
+
+def test_wandb_init_waits_thirty_seconds_for_the_server_unless_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("WANDB_INIT_TIMEOUT", raising=False)
+    assert init_settings() == {"init_timeout": 30}
+    assert init_settings({"init_timeout": 120}) == {"init_timeout": 120}
+    monkeypatch.setenv("WANDB_INIT_TIMEOUT", "120")
+    assert init_settings() == {}
+
+
+def test_an_unreachable_wandb_server_is_one_line(tmp_path: Path) -> None:
+    """Credentials but no server (nothing listens on port 9): wandb.init's failure after its
+    timeout is one line naming the host and the offline fix, not a traceback."""
+    env = cli_env(WANDB_API_KEY="k" * 40, WANDB_BASE_URL="http://127.0.0.1:9",
+                  WANDB_INIT_TIMEOUT="1")  # fmt: skip
+    del env["WANDB_MODE"]  # online, as with credentials and no WANDB_MODE
+    result = subprocess.run([sys.executable, "-m", "attnlab.train", *TINY, "logger=wandb",
+                             f"paths.log_dir={tmp_path}"], env=env, cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "W&B at http://127.0.0.1:9 did not answer" in errors[0]
+    assert "WANDB_MODE=offline" in errors[0]
 
 
 def test_a_single_run_is_named_by_its_settings_without_bookkeeping_overrides() -> None:

@@ -202,7 +202,10 @@ def plot(check: CoordCheck, results: dict[str, Any], path: Path) -> None:
 
 
 def parse(argv: list[str]) -> CoordCheck:
-    parser = argparse.ArgumentParser(prog="attnlab-coordcheck", description=__doc__.split("\n")[0])
+    from attnlab.cli.common import plain_text
+
+    parser = argparse.ArgumentParser(prog="attnlab-coordcheck",
+                                     description=plain_text(__doc__.split("\n")[0]))  # fmt: skip
     parser.add_argument("--widths", type=int, nargs="+", default=[64, 128, 256, 512, 1024])
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--lr", type=float, default=1e-2)

@@ -97,10 +97,14 @@ def _time(steps: dict[str, Any], effort: Effort) -> Timing:
     )
 
 
+NO_TRANSFORMERS = ("transformers is not installed (make setup puts it in .venv/hf-parity, "
+                   "$ATTNLAB_HF_PARITY names another folder; or pip install 'attnlab[bench]')")
+
+
 def decoder_only_vs_hf_gpt2(size: BenchSize, effort: Effort) -> dict[str, Any]:
     theirs = hf_gpt2(size)
     if theirs is None:
-        return {"skipped": "transformers is not installed (pip install 'attnlab[bench]')"}
+        return {"skipped": NO_TRANSFORMERS}
     ours = our_decoder_only(size)
     tokens = random_tokens(size, size.block + 1, effort.device)
     inputs, labels = tokens[:, :-1], tokens[:, 1:]
@@ -268,7 +272,7 @@ def decoder_only_generate_vs_hf(size: BenchSize, effort: Effort) -> dict[str, An
     ours = our_decoder_only(size, max_len=length, ffn="gelu_tanh", scale_embeddings=False)
     theirs = hf_gpt2(replace(size, block=length))
     if theirs is None:
-        return {"skipped": "transformers is not installed (pip install 'attnlab[bench]')"}
+        return {"skipped": NO_TRANSFORMERS}
     theirs.load_state_dict(gpt2_state_dict(ours))
     ours, theirs = ours.to(effort.device).eval(), theirs.to(effort.device).eval()
     prompt = random_tokens(replace(size, batch=1), DECODE_PROMPT, effort.device)

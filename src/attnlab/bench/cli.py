@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from attnlab.bench.contenders import BenchSize
 
 CLOCK_NAMES = ("wall", "cpu")  # attnlab.bench.timing.CLOCKS (a test keeps them equal)
+HF_CASES = {"decoder_only_vs_hf_gpt2", "decoder_only_generate_vs_hf"}  # need transformers
 
 
 def effort_for(size: BenchSize, quick: bool, device: torch.device, clock: str) -> Effort:
@@ -55,13 +56,13 @@ def cpu_name() -> str:
 
 
 def environment(device: torch.device, clock: str, quick: bool) -> dict[str, Any]:
+    import importlib.metadata
+
     import torch
 
-    try:
-        import transformers
-
-        hf_version: str | None = transformers.__version__
-    except ImportError:
+    try:  # the installed version, without importing it (seconds) where no case uses it
+        hf_version: str | None = importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
         hf_version = None
     import lightning
 
@@ -175,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(
                 f"--only {key} is not a result key; use some of: {', '.join(RATIO_MEANING)}"
             )
+    if only is None or only & HF_CASES:
+        from attnlab.bench.contenders import find_transformers
+
+        find_transformers()
     config = environment(device, args.clock, args.quick)
     print(f"attnlab-bench: {config['device_name']} ({args.device}), torch {config['torch']}, "
           f"{config['threads']} threads, {args.clock} clock")  # fmt: skip

@@ -8,7 +8,10 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -71,6 +74,24 @@ def our_encoder_decoder(size: BenchSize) -> TransformerModel:
         pos="sinusoidal", tie_embeddings=True, max_len=size.block,
     )  # fmt: skip
     return build_model(cfg.validated())
+
+
+def transformers_folder() -> Path:
+    """Where transformers is found besides the environment: ``$ATTNLAB_HF_PARITY``, else
+    ``<venv>/hf-parity``, the folder ``make setup`` installs it into for the export parity
+    tests. It is kept out of the venv's own packages because torchmetrics imports it in
+    every process where it can; only the processes that need it (this bench, the parity
+    tests) put the folder on their path."""
+    return Path(os.environ.get("ATTNLAB_HF_PARITY") or Path(sys.prefix) / "hf-parity")
+
+
+def find_transformers() -> None:
+    """Put :func:`transformers_folder` on this process's path, after the environment's own
+    packages (a transformers installed there, ``pip install 'attnlab[bench]'``, wins).
+    attnlab-bench calls it when it runs a Hugging Face comparison."""
+    folder = transformers_folder()
+    if folder.is_dir() and str(folder) not in sys.path:
+        sys.path.append(str(folder))
 
 
 def hf_gpt2(size: BenchSize) -> nn.Module | None:

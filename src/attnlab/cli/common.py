@@ -148,6 +148,14 @@ def quiet_environment() -> None:
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
 
 
+def plain_text(docstring: str) -> str:
+    """A module docstring as terminal text: reStructuredText's ``literal`` quotes and
+    ``:role:`target``` markup dropped, a paragraph's closing ``::`` made one colon."""
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", docstring)
+    text = re.sub(r"``(.+?)``", r"\1", text)
+    return re.sub(r"::$", ":", text, flags=re.MULTILINE)
+
+
 def run_key_value_command(
     run: Callable[[list[str]], int], argv: list[str] | None, usage: str | None
 ) -> int:
@@ -163,7 +171,7 @@ def run_key_value_command(
         with user_errors():
             args = list(sys.argv[1:] if argv is None else argv)
             if {"-h", "--help"} & set(args):
-                print(usage)
+                print(plain_text(usage or ""))
                 return 0
             try:
                 return run(args)

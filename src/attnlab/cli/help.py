@@ -1,8 +1,9 @@
 """``attnlab-train --help``: the config groups and the composed config, as Hydra prints them.
 
 Hydra's own help builds a config repository per group option to list them (106 deep copies
-of the config tree here, ~2 s); the groups are the folders of ``conf/`` and their options
-its YAML files, so they are listed from the folders, and the config is composed once.
+of the config tree here, ~2 s); the groups are those of ``conf/config.yaml``'s defaults list
+and their options the YAML files of their folders, so they are listed from the folders, and
+the config is composed once.
 """
 
 from __future__ import annotations
@@ -16,21 +17,22 @@ attnlab-train [overrides] [-m]: train a model (fit, then test on the best checkp
 
   attnlab-train model=decoder_only data=shakespeare_char model.norm=post seed=1
   attnlab-train -m model=decoder_only,encoder_decoder model.norm=pre,post   # a sweep
-  attnlab-train --options      # every value of every registry-backed model.* key
+  attnlab-train --options      # every value of every model.* key that takes a name
   attnlab-train --hydra-help   # Hydra's own flags
 """
 
 
 def config_groups(conf: Path) -> dict[str, list[str]]:
-    """{group: options} of a config folder, nested groups as ``a/b``; Hydra's own (``hydra``)
-    left out, as its help does."""
-    groups: dict[str, list[str]] = {}
-    for path in sorted(conf.rglob("*.yaml")):
-        group = path.parent.relative_to(conf).as_posix()
-        if group == "." or group.split("/")[0] == "hydra":
-            continue
-        groups.setdefault(group, []).append(path.stem)
-    return {group: sorted(options) for group, options in sorted(groups.items())}
+    """{group: options} of the groups a run chooses from: those of the primary config's
+    defaults list (Hydra's own left out, as its help does), each with its YAML files but
+    the ``_*`` ones (keys its options share, such as ``model/_base``, not a choice).
+    Folders outside the defaults list (``wandb_sweep``: files ``wandb sweep`` reads) are
+    not groups."""
+    defaults = OmegaConf.to_container(OmegaConf.load(conf / "config.yaml").defaults)
+    assert isinstance(defaults, list)
+    names = [key for entry in defaults if isinstance(entry, dict) for key in entry]
+    return {group: sorted(p.stem for p in (conf / group).glob("[!_]*.yaml"))
+            for group in sorted(names) if group != "hydra"}  # fmt: skip
 
 
 def help_text(conf: Path, overrides: list[str]) -> str:

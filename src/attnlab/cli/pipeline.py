@@ -364,12 +364,13 @@ def build_loggers(cfg: DictConfig, run_dir: Path, resume_step: int | None = None
 
 def precision_for_gpu(precision: Any, accelerator: Any) -> tuple[Any, str | None]:
     """``trainer.precision`` for this machine: bf16 on a GPU without bf16 (before Ampere:
-    V100, T4) becomes ``16-mixed`` (fp16 with loss scaling), with a one-line note."""
+    V100, T4) becomes ``16-mixed`` (fp16 with loss scaling), with a one-line note. Only
+    native bf16 counts: torch also calls a GPU that emulates it (slowly) supported."""
     import torch
 
     wants_bf16 = str(precision).startswith("bf16")
     on_gpu = str(accelerator) in ("gpu", "cuda", "auto") and torch.cuda.is_available()
-    if not (wants_bf16 and on_gpu) or torch.cuda.is_bf16_supported():
+    if not (wants_bf16 and on_gpu) or torch.cuda.is_bf16_supported(including_emulation=False):
         return precision, None
     name = torch.cuda.get_device_name()
     return "16-mixed", (f"note: {name} does not support bf16; training with "

@@ -8,7 +8,9 @@ starts, so both checks run in ``attnlab-train``'s own process before Hydra:
   inside it) or the user says ``overwrite=true``;
 * a lock file (``.attnlab.lock``, ``fcntl.flock``) is held for the life of the
   process, so a second run started into the same directory is refused while
-  the first one writes it.
+  the first one writes it. On a file system without locks (``flock`` fails with
+  ENOLCK, ENOSYS or EOPNOTSUPP: NFS without a lock daemon, Lustre mounted without
+  ``flock``) the run goes on with a warning: nothing can refuse a second run there.
 
 Default run directories carry a timestamp and a random suffix and need neither.
 """
@@ -16,14 +18,19 @@ Default run directories carry a timestamp and a random suffix and need neither.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
+import sys
 from pathlib import Path
+from typing import NoReturn
 
 from attnlab.errors import ConfigError
 
 LOCK_FILE = ".attnlab.lock"
 _held: list[int] = []  # open lock descriptors, kept until the process ends
+# flock's errors on a file system that has no locks (as opposed to EWOULDBLOCK: locked)
+NO_LOCKS = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP)
 
 
 def explicit_dir(overrides: list[str], key: str) -> Path | None:
@@ -79,13 +86,13 @@ def lock(folder: Path, what: str) -> None:
     fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)  # the umask applies
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        owner = os.read(fd, 64).decode(errors="replace").strip() or "another process"
-        os.close(fd)
-        raise ConfigError(
-            f"{what}={folder} is being written by another run (pid {owner}); wait for it to "
-            f"finish or choose another {what}"
-        ) from None
+    except OSError as exc:
+        if exc.errno in NO_LOCKS:
+            print(f"warning: {what}={folder} is on a file system without file locks "
+                  f"({errno.errorcode.get(exc.errno, exc.errno)}); a second run started into "
+                  "it meanwhile would not be refused", file=sys.stderr)  # fmt: skip
+        else:
+            _refuse_locked(fd, folder, what)
     try:
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
@@ -93,6 +100,15 @@ def lock(folder: Path, what: str) -> None:
         os.close(fd)
         raise OSError(exc.errno, exc.strerror, str(folder / LOCK_FILE)) from None
     _held.append(fd)
+
+
+def _refuse_locked(fd: int, folder: Path, what: str) -> NoReturn:
+    owner = os.read(fd, 64).decode(errors="replace").strip() or "another process"
+    os.close(fd)
+    raise ConfigError(
+        f"{what}={folder} is being written by another run (pid {owner}); wait for it to "
+        f"finish or choose another {what}"
+    ) from None
 
 
 def release_all() -> None:
@@ -139,8 +155,6 @@ def disk_error(exc: OSError, folder: str | Path | None = None) -> str | None:
 
     It names the file (``exc.filename``), or else ``folder`` where the write went: a
     write to a full disk fails with no file name."""
-    import errno
-
     if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
         return None
     if exc.filename:

@@ -31,25 +31,58 @@ SUMMARY_GOALS = {"val/loss": "min", "val/ppl": "min", "val/acc": "max",
                  "val/bleu": "max", "val/exact_match": "max"}  # fmt: skip
 STEP_METRIC = "trainer/global_step"  # Lightning's x-axis for every logged metric
 WHERE = ("hydra.", "hydra/", "paths.")  # overrides that say where a run lives
+ONLINE_MODES = ("online", "run", "shared")  # WANDB_MODE values that talk to the server
+INIT_TIMEOUT_S = 30  # seconds wandb.init waits for the server before the run is refused
 
 
 def has_credentials() -> bool:
-    """An API key in the environment or a netrc entry for the W&B host."""
-    if os.environ.get("WANDB_API_KEY"):
+    """An API key or identity token in the environment, or a netrc entry for the W&B host."""
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
         return True
     try:
-        host = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai").split("://")[-1]
-        return netrc.netrc().authenticators(host) is not None
+        return netrc.netrc().authenticators(_host().split("://")[-1]) is not None
     except (OSError, netrc.NetrcParseError):
         return False
 
 
+def _host() -> str:
+    return os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
+
+
 def ensure_mode() -> str:
-    """Respect WANDB_MODE; without it and without credentials, go offline (never prompt)."""
-    if not os.environ.get("WANDB_MODE") and not has_credentials():
-        os.environ["WANDB_MODE"] = "offline"
+    """Respect WANDB_MODE; without it and without credentials, go offline (never prompt).
+
+    An online mode without credentials is refused: wandb would ask for a key, on a terminal
+    waiting for it with no time limit."""
+    mode = os.environ.get("WANDB_MODE")
+    if not mode and not has_credentials():
+        os.environ["WANDB_MODE"] = mode = "offline"
+    elif mode in ONLINE_MODES and not has_credentials():
+        raise ConfigError(
+            f"WANDB_MODE={mode} needs W&B credentials for {_host()}, and none were found "
+            "(WANDB_API_KEY, or wandb login's entry in ~/.netrc); run `wandb login`, or unset "
+            "WANDB_MODE to log offline and upload later with `wandb sync`"
+        )
     os.environ.setdefault("WANDB_SILENT", "true")
-    return os.environ.get("WANDB_MODE", "online")
+    return mode or "online"
+
+
+def init_settings(given: dict[str, Any] | None = None) -> dict[str, Any]:
+    """wandb.init's settings, with a wait of INIT_TIMEOUT_S for the server unless
+    ``WANDB_INIT_TIMEOUT`` or the config sets one (wandb's own default is 90 s)."""
+    settings = dict(given or {})
+    if "WANDB_INIT_TIMEOUT" not in os.environ:
+        settings.setdefault("init_timeout", INIT_TIMEOUT_S)
+    return settings
+
+
+def unreachable(error: Exception) -> ConfigError:
+    """wandb.init's failure to reach the server, as one line with the fixes."""
+    reason = " ".join(str(error).split())
+    return ConfigError(
+        f"W&B at {_host()} did not answer ({reason}); check WANDB_BASE_URL and the network, "
+        "or log offline with WANDB_MODE=offline and upload later with `wandb sync`"
+    )
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -150,6 +183,7 @@ def _identity(cfg: DictConfig) -> RunIdentity:
 
 def prepare_wandb(cfg: DictConfig, node: DictConfig, run_dir: Path) -> WandbLogger:
     """A WandbLogger with name, group, tags, job type, flat config and declared summaries."""
+    import wandb
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
     from attnlab.callbacks.summary import git_sha
@@ -173,6 +207,7 @@ def prepare_wandb(cfg: DictConfig, node: DictConfig, run_dir: Path) -> WandbLogg
         )
     if mode in ("online", "offline", "disabled"):
         options["mode"] = mode  # wandb reads WANDB_MODE once per process; be explicit per run
+    options["settings"] = init_settings(options.get("settings"))
     # overrides: attnlab-compare --wandb groups these runs as it groups summary.json's
     options["config"] = {**flat_config(cfg), "git_sha": git_sha(),
                          "command": command_line(identity.overrides),
@@ -182,7 +217,10 @@ def prepare_wandb(cfg: DictConfig, node: DictConfig, run_dir: Path) -> WandbLogg
         options["id"], options["resume"] = id_file.read_text().strip(), "allow"
     logger = FlatWandbLogger(**options)
     if mode != "disabled" and rank_zero_only.rank == 0:
-        experiment = logger.experiment
+        try:
+            experiment = logger.experiment
+        except wandb.errors.CommError as error:
+            raise unreachable(error) from None
         id_file.write_text(str(experiment.id))
         for metric, goal in SUMMARY_GOALS.items():
             experiment.define_metric(metric, summary=goal, step_metric=STEP_METRIC)
@@ -247,11 +285,15 @@ def log_evaluation(run_dir: Path, cfg: DictConfig, metrics: dict[str, float],
     if mode == "disabled":
         return None
     node = (cfg.get("logger") or {}).get("wandb") or {}
-    run = wandb.init(
-        id=(run_dir / "wandb_id.txt").read_text().strip(), resume="allow",
-        project=node.get("project") or "attnlab", entity=node.get("entity"),
-        dir=str(run_dir), mode="offline" if mode == "offline" else "online",
-    )  # fmt: skip
+    try:
+        run = wandb.init(
+            id=(run_dir / "wandb_id.txt").read_text().strip(), resume="allow",
+            project=node.get("project") or "attnlab", entity=node.get("entity"),
+            dir=str(run_dir), mode="offline" if mode == "offline" else "online",
+            settings=init_settings(),
+        )  # fmt: skip
+    except wandb.errors.CommError as error:
+        raise unreachable(error) from None
     try:
         run.log({f"eval/{name}": value for name, value in metrics.items()})
         run.summary["eval/checkpoint"] = ckpt.name

@@ -5,7 +5,7 @@ and never imports torch, so ``attnlab-compare`` starts in a blink. The same
 functions serve notebooks::
 
     from attnlab.compare import load_runs, group_runs, summarize, format_table
-    runs = load_runs(["logs/copy/multiruns/2025-01-01_12-00-00"])
+    runs = load_runs(["logs/train/multiruns/2025-01-01_12-00-00_3f2a9c1e"])
     groups = group_runs(runs)                       # or by=["model.norm", "model"]
     rows = summarize(groups, ["val/loss", "val/exact_match"])
     print(format_table(rows, list(groups[0].settings), ["val/loss", "val/exact_match"]))

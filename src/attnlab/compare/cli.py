@@ -20,15 +20,18 @@ from .stats import choose_metrics, lower_is_better, metric_values, resolve_group
 
 EPILOG = """\
 examples:
-  attnlab-compare logs/copy/multiruns/2025-01-01_12-00-00
+  attnlab-compare logs/train/multiruns/2025-01-01_12-00-00_3f2a9c1e
   attnlab-compare 'logs/*/multiruns/*' --by model.norm --metric val/loss val/acc
-  attnlab-compare logs/copy/multiruns/* --vs post pre --plot norm.png
-  attnlab-compare logs/copy/multiruns/* --by model --vs-best
-  attnlab-compare logs/copy/multiruns/* --all-pairs
-  attnlab-compare logs/copy/multiruns/* --format latex --plot curves.pdf
-  attnlab-compare logs/lm/multiruns/* --at tokens=2e6 --plot loss.png --x tokens
+  attnlab-compare logs/train/multiruns/* --vs post pre --plot norm.png
+  attnlab-compare logs/train/multiruns/* --by model --vs-best
+  attnlab-compare logs/train/multiruns/* --all-pairs
+  attnlab-compare logs/train/multiruns/* logs/train/runs/* --format latex --plot curves.pdf
+  attnlab-compare logs/train/multiruns/* --at tokens=2e6 --plot loss.png --x tokens
   attnlab-compare --wandb my-team/attnlab --filter data.kind=copy
 
+attnlab-train writes a sweep's runs to logs/<task_name>/multiruns/<stamp>/<job> and a
+single run to logs/<task_name>/runs/<stamp> (task_name: train, unless a preset or
+task_name=... sets another; debug=... runs go to logs/debug/).
 Runs are grouped by the overrides that vary across them (seed excluded), or by
 --by config keys; --filter KEY=VALUE keeps the runs with that setting. W&B runs
 (--wandb) are grouped the same way; a metric W&B summarises (val/loss: the

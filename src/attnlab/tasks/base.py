@@ -197,29 +197,46 @@ class Task(L.LightningModule):
     ) -> None:  # fmt: skip
         """Under FSDP the gradient norm is the root module's, over every rank's shards (a
         collective, run on every rank): Lightning's FSDP precision plugin refuses norm
-        clipping, which would see one shard. Elsewhere, Lightning's own clipping."""
+        clipping, which would see one shard. A fused AdamW without a loss scaler (bf16-mixed)
+        is clipped here, as Lightning's own clipping does it: Lightning refuses to clip any
+        fused optimizer under mixed precision, for fp16's scaler, which bf16 does not have.
+        Elsewhere, Lightning's own clipping."""
         root = self._trainer.model if self._trainer is not None else None
         norm = (gradient_clip_algorithm or "norm") == "norm"
         if gradient_clip_val and norm and is_fsdp(root):
             root.clip_grad_norm_(gradient_clip_val)  # type: ignore[union-attr]
             return
+        if gradient_clip_val and getattr(optimizer, "defaults", {}).get("fused"):
+            if not self._loss_scaled():
+                params = [p for group in optimizer.param_groups for p in group["params"]]
+                if norm:
+                    torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
+                else:
+                    torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
+                return
         super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def _fused(self, params: list[Tensor]) -> bool:
-        """Fused AdamW (one kernel for all tensors; ~5x faster steps on CPU too), except
-        where Lightning cannot clip its gradients: mixed precision with clipping."""
-        trainer = self._trainer
-        mixed = trainer is not None and str(trainer.precision).endswith("-mixed")
-        clipping = trainer is not None and bool(trainer.gradient_clip_val)
+        """Fused AdamW (one kernel for all tensors; ~5x faster steps on CPU too), except with
+        clipping under a loss scaler (``16-mixed``): the fused step unscales the gradients
+        itself, after clipping would have seen them scaled. bf16 has no scaler."""
+        clipping = self._trainer is not None and bool(self._trainer.gradient_clip_val)
+        scaled = self._loss_scaled()
         if self.optim_cfg.fused is not None:
-            if self.optim_cfg.fused and mixed and clipping:
+            if self.optim_cfg.fused and scaled and clipping:
                 raise ConfigError(
-                    "optim.fused=true cannot be combined with gradient clipping under mixed "
-                    "precision; set optim.fused=null (auto) or trainer.gradient_clip_val=0"
+                    "optim.fused=true cannot be combined with gradient clipping under fp16's "
+                    "loss scaling (trainer.precision=16-mixed); set optim.fused=null (auto), "
+                    "trainer.gradient_clip_val=0 or trainer.precision=bf16-mixed"
                 )
             return bool(self.optim_cfg.fused)
         supported = all(p.device.type in ("cpu", "cuda") for p in params)
-        return supported and not (mixed and clipping)
+        return supported and not (scaled and clipping)
+
+    def _loss_scaled(self) -> bool:
+        """Whether the trainer scales the loss (fp16's GradScaler, under ``16-mixed``)."""
+        plugin = getattr(self._trainer, "precision_plugin", None)
+        return getattr(plugin, "scaler", None) is not None
 
     def _total_steps(self) -> int:
         try:

@@ -67,7 +67,7 @@ def env() -> dict[str, Any]:
         "python": platform.python_version(), "torch": torch.__version__,
         "cuda": cuda, "cuda_version": torch.version.cuda,
         "device_name": torch.cuda.get_device_name() if cuda else platform.processor() or "cpu",
-        "bf16": bool(cuda and torch.cuda.is_bf16_supported()),
+        "bf16": bool(cuda and torch.cuda.is_bf16_supported(including_emulation=False)),
         "gpus": torch.cuda.device_count() if cuda else 0,
     }  # fmt: skip
 

@@ -53,7 +53,7 @@ def read_gpu_check(s: Settings, ran: list[Ran], done: dict[int, StepResult]) -> 
     m = json.loads((s.work / "gpu_check.json").read_text())
     summary = (f"{m['ms_per_iter']:.1f} ms/iter, {m['tokens_per_sec']:,.0f} tokens/s, "
                f"MFU {percent(m['mfu'])} (batch {m['batch']} × {m['block']}, {m['precision']}, "
-               f"compile={m['compile']})")  # fmt: skip
+               f"compile={m['compile']}, AdamW fused={m['fused_adamw']})")  # fmt: skip
     target = "MFU ≥ 50 %: " + ("n/a (no peak known)" if m["mfu"] is None else
                                verdict(m["mfu"] >= 0.5))  # fmt: skip
     return StepResult(status="ok", summary=summary, target=target, metrics=m)

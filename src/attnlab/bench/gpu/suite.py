@@ -6,7 +6,7 @@
 Steps (what each reports):
 
 1. gpu_check: attnlab.bench.gpu.check, attnlab's decoder at GPT-2-124M shape with bf16,
-   torch.compile and fused AdamW: ms/iter, tokens/s, MFU (target ≥ 50 %).
+   torch.compile and training's AdamW and clipping: ms/iter, tokens/s, MFU (target ≥ 50 %).
 2. nanogpt: nanoGPT's bench.py at the same shape and batch, in its own process:
    ms/iter, tokens/s, MFU (target: attnlab's tokens/s ≥ nanoGPT's).
 3. bench: attnlab-bench --device cuda: the ratio of every comparison.
