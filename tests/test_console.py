@@ -139,5 +139,6 @@ def test_a_non_ascii_path_is_accepted_as_typed() -> None:
 
     assert quote_non_ascii(["data.path=/tmp/données.txt", "seed=1"]) == [
         "data.path='/tmp/données.txt'", "seed=1"]  # fmt: skip
-    cfg = validate_overrides(quote_non_ascii(["data=text", "data.path=/tmp/données.txt"]), False)
+    args = ["model=decoder_only", "data=text", "data.path=/tmp/données.txt"]
+    cfg = validate_overrides(quote_non_ascii(args), False)
     assert cfg.data.path == "/tmp/données.txt"
