@@ -21,14 +21,16 @@ SWEEP_NAME = re.compile(r"^\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}_[0-9a-f]{8}$")
 
 @pytest.fixture(scope="module")
 def sweeps(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[subprocess.Popen, Path]]:
-    """Started at once: a joblib grid and a grid with one impossible job."""
+    """Started at once: a joblib grid and a grid with one job that fails as it starts."""
     logs = {name: tmp_path_factory.mktemp(name) for name in ("joblib", "failing")}
     procs = {
         "joblib": start("train", "-m", *TINY, "data=majority", "model=decoder_only",
                         "model.norm=pre,post", "seed=1,2", "hydra/launcher=joblib",
                         "hydra.launcher.n_jobs=2", f"paths.log_dir={logs['joblib']}"),
-        "failing": start("train", "-m", *TINY, "data=reverse",
-                         "model=encoder_only,decoder_only", f"paths.log_dir={logs['failing']}"),
+        # a position table too short for the data's sequences: found by the job, not before
+        "failing": start("train", "-m", *TINY, "data=reverse", "model=decoder_only",
+                         "model.pos=learned", "model.max_len=8,64",
+                         f"paths.log_dir={logs['failing']}"),
     }  # fmt: skip
     yield {name: (proc, logs[name]) for name, proc in procs.items()}
     for proc in procs.values():
@@ -88,11 +90,11 @@ def test_one_failing_job_does_not_stop_the_sweep_but_the_exit_code_says_so(sweep
     assert result.returncode == 1
     failed, completed = summary(sweep_dir / "0"), summary(sweep_dir / "1")
     assert failed["status"] == "failed"
-    assert "model=encoder_only does not fit a seq2seq data set" in failed["error"]
+    assert "model.max_len=8 is shorter than" in failed["error"]
     assert completed["status"] == "completed" and completed["error"] is None
     assert "val/loss" in completed["metrics"]
     assert "sweep: 1/2 jobs completed" in result.stdout
-    assert "error: job 0: model=encoder_only" in result.stderr
+    assert "error: job 0: model.max_len=8" in result.stderr
     assert "Traceback" not in result.stderr
 
 

@@ -205,7 +205,7 @@ class RunRecord:
 
         try:
             result.update(train(cfg, self.run_dir, not self.quiet, self.outcome, checked))
-        except Stopped as stop:  # set-up, test, or a second signal: nothing left to finish
+        except Stopped as stop:  # at a step's end, or where there was no step to finish
             result.update(status=stop.status, error=f"{stop} with no step left to finish "
                           "(set-up, test, or a second signal); continue with ckpt_path=last")
             self.write_summary()
@@ -264,7 +264,7 @@ def train(
     ModelConfig a check of this same config returned (else the config is checked here)."""
     import lightning as L
 
-    from attnlab.callbacks.stop import stop_at_once
+    from attnlab.callbacks.stop import Stopped, stop_at_once
     from attnlab.cli import pipeline
     from attnlab.cli.mlflow_setup import finish_mlflow
     from attnlab.cli.wandb_setup import ModelSizeInConfig, finish_wandb, uses_wandb
@@ -297,6 +297,9 @@ def train(
         out = _fit_and_test(cfg, trainer, task, datamodule, resume_from, outcome)
         out.update(task=datamodule.task, params=task.model.num_params())
         return out
+    except Stopped as stop:
+        out = {"status": stop.status}
+        raise
     finally:
         finish_wandb(loggers, out["status"])
         finish_mlflow(loggers, out["status"])
@@ -304,15 +307,22 @@ def train(
 
 def _fit_and_test(cfg: Any, trainer: Any, task: Any, datamodule: Any, resume_from: str | None,
                   outcome: Outcome) -> dict[str, Any]:  # fmt: skip
+    from attnlab.callbacks.stop import Stopped
     from attnlab.callbacks.throughput import TokenThroughput
     from attnlab.cli import pipeline
 
     metrics: dict[str, float] = {}
     if cfg.get("train", True):
-        trainer.fit(task, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
-        if resume_from:  # a fit with nothing left to do logs nothing: keep what was logged
-            metrics.update(pipeline.last_logged(trainer))
-        metrics.update(pipeline.scalar_metrics(trainer.callback_metrics))
+        try:
+            trainer.fit(task, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
+        except Stopped as stop:
+            if stop.step is None:  # no step had ended: the record says so (RunRecord)
+                raise
+            metrics.update(pipeline.scalar_metrics(stop.metrics))  # at a step's end
+        else:
+            if resume_from:  # a fit with nothing left to do logs nothing: keep what was logged
+                metrics.update(pipeline.last_logged(trainer))
+            metrics.update(pipeline.scalar_metrics(trainer.callback_metrics))
     status = outcome.status or "completed"
     best = pipeline.best_checkpoint(trainer)
     if cfg.get("test", True) and status == "completed":
