@@ -224,3 +224,219 @@ def test_a_hugging_face_dataset_streams_from_local_files(tmp_path: Path) -> None
     splits = index["splits"]
     assert splits["train"]["documents"] + splits["val"]["documents"] == 40
     assert index["settings"]["streaming"] is True
+
+
+def foreign_tokenizer_file(path: Path) -> Path:
+    """A GPT-2-like byte-level BPE file: no attnlab specials, <|endoftext|> added."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    foreign = Tokenizer(models.BPE())
+    foreign.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    foreign.decoder = decoders.ByteLevel()
+    foreign.train_from_iterator([POEM, "é ü 日本 🎉 <eos>"] * 20, trainers.BpeTrainer(
+        vocab_size=320, special_tokens=["<|endoftext|>"], show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))  # fmt: skip
+    foreign.save(str(path))
+    return path
+
+
+@pytest.mark.parametrize("tokenizer", ["bpe", "foreign"])
+def test_tiktoken_and_tokenizers_write_the_same_shards(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tokenizer: str
+) -> None:
+    files = [str(p) for p in corpus(tmp_path / "in")]
+    (tmp_path / "in" / "odd.txt").write_text("  spaces   and\ttabs é ü 日本 🎉 <eos> <|endoftext|>")
+    files.append(str(tmp_path / "in" / "odd.txt"))
+    kind = ["--vocab-size", "300"] if tokenizer == "bpe" else [
+        "--tokenizer", str(foreign_tokenizer_file(tmp_path / "gpt2-like.json"))]  # fmt: skip
+    common = [*files, *kind, "--val-fraction", "0.2", "--shard-tokens", "1024"]
+    fast = prepare(*common, "--out", str(tmp_path / "tiktoken"), "--workers", "2")
+    used = []
+
+    def tokenizers_only(tokenizer):  # noqa: ANN001, ANN202
+        used.append(tokenizer)
+        return tokenizer, "tokenizers"
+
+    monkeypatch.setattr(prep, "encoder_for", tokenizers_only)
+    prepare(*common, "--out", str(tmp_path / "tokenizers"), "--workers", "0")
+    assert used and shard_sums(tmp_path / "tiktoken") == shard_sums(tmp_path / "tokenizers")
+    assert fast["tokenizer"]["kind"] == ("bpe" if tokenizer == "bpe" else "offset")
+
+
+def test_a_tiktoken_file_prepares_with_its_ids_moved_up_by_6(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import base64
+    import hashlib
+
+    from tokenizers import Tokenizer
+
+    from attnlab.data import tiktoken_bpe
+
+    hf = Tokenizer.from_file(str(foreign_tokenizer_file(tmp_path / "gpt2-like.json")))
+    bpe, _ = tiktoken_bpe.from_hf_json(hf.to_str())
+    path = tmp_path / "r50k-like.tiktoken"
+    path.write_text("".join(f"{base64.b64encode(t).decode()} {r}\n" for t, r in bpe.ranks.items()))
+    known = ("r50k-like", bpe.pattern, bpe.specials)
+    monkeypatch.setitem(tiktoken_bpe.KNOWN_FILES, hashlib.sha256(path.read_bytes()).hexdigest(),
+                        known)  # fmt: skip
+    (tmp_path / "in.txt").write_text(POEM * 10)
+    index = prepare(str(tmp_path / "in.txt"), "--unit", "line", "--tokenizer", str(path),
+                    "--out", str(tmp_path / "out"), "--val-fraction", "0.3")  # fmt: skip
+    assert index["vocab_size"] == hf.get_vocab_size() + NUM_SPECIAL
+    tokens = open_split(tmp_path / "out", "train")[:].tolist()
+    first = tokens[: tokens.index(EOS)]
+    assert [t - NUM_SPECIAL for t in first] == hf.encode("the cat sat on the mat").ids
+    assert load_tokenizer(tmp_path / "out" / "tokenizer.json").decode(first) == (
+        "the cat sat on the mat")
+
+
+DAMAGE = ["missing", "cut short", "a changed byte", "missing .docs", "the last shard missing"]
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_a_finished_folder_that_lost_a_shard_gets_it_rebuilt_by_the_same_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture, damage: str
+) -> None:
+    files = [str(p) for p in corpus(tmp_path / "in", paragraphs=60)]
+    args = [*files, "--out", str(tmp_path / "out"), "--tokenizer", "char", "--val-fraction",
+            "0.1", "--shard-tokens", "1024", "--workers", "0"]  # fmt: skip
+    prepare(*args)
+    whole = shard_sums(tmp_path / "out")
+    shards = read_index(tmp_path / "out")["splits"]["train"]["shards"]
+    hurt = tmp_path / "out" / shards[-1 if damage == "the last shard missing" else 2]["file"]
+    if damage == "cut short":
+        hurt.write_bytes(hurt.read_bytes()[:-2])
+    elif damage == "a changed byte":
+        data = bytearray(hurt.read_bytes())
+        data[7] ^= 1
+        hurt.write_bytes(bytes(data))
+    elif damage == "missing .docs":
+        hurt = hurt.with_suffix(".docs")
+        hurt.unlink()
+    else:
+        hurt.unlink()
+    capsys.readouterr()
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "out").iterdir()
+              if p.stem != hurt.stem}  # fmt: skip
+    prepare(*args)
+    assert "tokenizing the corpus again to rebuild it" in capsys.readouterr().out
+    assert shard_sums(tmp_path / "out") == whole
+    for shard in read_index(tmp_path / "out")["splits"]["train"]["shards"]:
+        assert prep.sha256_file(tmp_path / "out" / shard["file"]) == shard["sha256"]
+    assert before == {p: p.stat().st_mtime_ns for p in before}  # nothing else rewritten
+
+
+def test_an_unfinished_folder_that_lost_a_shard_starts_over_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    files = [str(p) for p in corpus(tmp_path / "in", paragraphs=80)]
+    common = ["--tokenizer", "char", "--val-fraction", "0.1", "--shard-tokens", "1024",
+              "--workers", "0"]  # fmt: skip
+    prepare(*files, "--out", str(tmp_path / "whole"), *common)
+    real = prep.SplitWriter._write_shard
+
+    def die_at_the_fourth(self):  # noqa: ANN001, ANN202
+        if len(self.shards) == 3:
+            raise KeyboardInterrupt
+        return real(self)
+
+    monkeypatch.setattr(prep.SplitWriter, "_write_shard", die_at_the_fourth)
+    with pytest.raises(KeyboardInterrupt):
+        prepare(*files, "--out", str(tmp_path / "parts"), *common)
+    monkeypatch.setattr(prep.SplitWriter, "_write_shard", real)
+    (tmp_path / "parts" / "train_000001.bin").unlink()
+    capsys.readouterr()
+    prepare(*files, "--out", str(tmp_path / "parts"), *common)
+    assert "starting it over from the first document" in capsys.readouterr().out
+    assert shard_sums(tmp_path / "parts") == shard_sums(tmp_path / "whole")
+
+
+def test_a_stop_signal_keeps_the_tokens_of_an_unfinished_shard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    import os
+    import signal
+
+    from attnlab.data import preparation
+
+    files = [str(p) for p in corpus(tmp_path / "in", paragraphs=200)]
+    common = ["--tokenizer", "char", "--val-fraction", "0.1", "--workers", "0"]  # one shard
+    prepare(*files, "--out", str(tmp_path / "whole"), *common)
+    real = prep.SplitWriter.add
+    calls = []
+
+    def ctrl_c_at_the_tenth(self, ids, starts):  # noqa: ANN001, ANN202
+        calls.append(1)
+        if len(calls) == 10:
+            os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C: the handler asks to stop
+        return real(self, ids, starts)
+
+    monkeypatch.setattr(prep.SplitWriter, "add", ctrl_c_at_the_tenth)
+    small = preparation.tasks  # tasks of a few documents, so that the stop comes early
+
+    monkeypatch.setattr(preparation, "tasks", lambda pieces: small(pieces, max_chars=2000))
+    with pytest.raises(prep.Stopped) as stopped:
+        prepare(*files, "--out", str(tmp_path / "parts"), *common)
+    assert 0 < stopped.value.saved < 600 and not list((tmp_path / "parts").glob("[!.]*.bin"))
+    monkeypatch.setattr(prep.SplitWriter, "add", real)
+    capsys.readouterr()
+    prepare(*files, "--out", str(tmp_path / "parts"), *common)
+    assert f"after {stopped.value.saved:,} documents" in capsys.readouterr().out
+    assert shard_sums(tmp_path / "parts") == shard_sums(tmp_path / "whole")
+
+
+def test_workers_default_to_the_cpus_this_process_may_use(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:  # fmt: skip
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(96)), raising=False)
+    assert prep.parse(["in.txt", "--out", "x"]).workers == 96
+
+
+def test_a_shard_is_written_from_its_buffer_without_a_copy(tmp_path: Path) -> None:
+    import tracemalloc
+
+    from attnlab.data.shards import write_atomic
+
+    tokens = np.arange(1 << 24, dtype=np.uint16)  # 32 MiB
+    tracemalloc.start()
+    try:
+        write_atomic(tmp_path / "shard.bin", tokens[: 1 << 23])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+    assert np.array_equal(np.fromfile(tmp_path / "shard.bin", np.uint16), tokens[: 1 << 23])
+
+
+@pytest.mark.parametrize("case", ["full disk", "unavailable hf dataset"])
+def test_errors_name_the_options_of_attnlab_prepare(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, case: str
+) -> None:
+    import errno
+
+    import datasets
+
+    (tmp_path / "in.txt").write_text(POEM * 20)
+    source = str(tmp_path / "in.txt")
+    if case == "full disk":
+        def full(*args: object) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(prep, "write_json_atomic", full)
+        monkeypatch.setattr("attnlab.data.preparation.write_json_atomic", full)
+    else:
+        def offline(*args: object, **kwargs: object) -> None:
+            raise ConnectionError("offline")
+
+        monkeypatch.setattr(datasets, "load_dataset", offline)
+        source = "hf:someone/no_such_dataset"
+    code = prep.main([source, "--out", str(tmp_path / "out"), "--tokenizer", "char",
+                      "--unit", "line", "--val-fraction", "0.2", "--workers", "0"])  # fmt: skip
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    assert "ckpt_path" not in lines[0] and "data.hf" not in lines[0] and "paths." not in lines[0]
+    expect = {"full disk": "run the same attnlab-prepare command again to continue",
+              "unavailable hf dataset": "error: input: "}[case]  # fmt: skip
+    assert expect in lines[0]

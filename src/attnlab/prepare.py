@@ -11,10 +11,14 @@ each training document goes to val with probability --val-fraction (a hash of --
 its position, so the same inputs always split alike), unless --val/--test name files.
 
   --out FOLDER            where the shards go (a new folder, or this command's own
-                          unfinished one: a killed run continues where it stopped)
+                          unfinished one: a stopped run continues where it stopped; a
+                          finished one: missing or damaged shards are rebuilt)
   --tokenizer KIND|PATH   bpe (byte-level BPE trained on a sample of the training
-                          documents), char, or a tokenizer.json (e.g. GPT-2's; ids that
-                          are not attnlab's are moved up by 6). Default: bpe
+                          documents), char, a tokenizer.json (e.g. GPT-2's; ids that are
+                          not attnlab's are moved up by 6), or an OpenAI .tiktoken file
+                          (r50k_base: GPT-2's, p50k_base, cl100k_base, o200k_base; ids
+                          moved up by 6). Default: bpe. A byte-level BPE encodes through
+                          tiktoken (the same ids), any other through tokenizers
   --vocab-size N          bpe vocabulary, special tokens included (default 8192)
   --tokenizer-sample-mb N text the tokenizer is trained on (default 64)
   --unit file|paragraph|line   a text file's documents (default paragraph)
@@ -26,9 +30,13 @@ its position, so the same inputs always split alike), unless --val/--test name f
   --val-fraction F        default 0.005;  --test-fraction F  default 0 (test reuses val)
   --shard-tokens N        tokens per shard (default 67108864: 128 MiB of uint16)
   --dtype auto|uint16|uint32   auto: uint16 while the vocabulary fits
-  --workers N             tokenizing processes, one thread each (default: up to 4;
-                          0: this process, with the tokenizer's own threads)
+  --workers N             tokenizing processes, one thread each (default: one per CPU;
+                          0: this process)
   --seed N                the held-out draw (default 0)
+
+Ctrl-C (or SIGTERM) saves everything tokenized so far and stops at the end of the
+document at hand; a second one stops at once, keeping what was saved last. Either way
+the same command continues where it stopped.
 
 Each document is followed by <eos> (id 2). The folder holds <split>_NNNNNN.bin shards
 (raw token ids), a .docs file per shard (where documents start), tokenizer.json and
@@ -39,25 +47,23 @@ index.json (counts, checksums, settings, this command). Train on it with
 from __future__ import annotations
 
 import argparse
-import collections
 import hashlib
-import itertools
 import json
-import multiprocessing
 import os
 import shlex
 import shutil
+import signal
 import sys
-import time
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from attnlab.data.documents import UNITS, Source, documents, expand_sources
+from attnlab.data.encoding import default_workers, encoder_for
+from attnlab.data.preparation import STATE, Preparation, Stopped, StopSignals
+from attnlab.data.shard_writer import SplitWriter, cut_short, damaged_shards
 from attnlab.data.shards import (
     FORMAT,
     INDEX,
@@ -65,12 +71,11 @@ from attnlab.data.shards import (
     VERSION,
     dtype_for,
     sha256_file,
-    write_atomic,
     write_json_atomic,
 )
 from attnlab.errors import ConfigError, DataError, UserError
 
-STATE = ".prepare-state.json"
+DISK_FIX = "free disk space, then run the same attnlab-prepare command again to continue"
 DEFAULT_SHARD_TOKENS = 1 << 26
 
 
@@ -97,7 +102,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--test-fraction", type=float, default=0.0)
     p.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS)
     p.add_argument("--dtype", choices=("auto", "uint16", "uint32"), default="auto")
-    p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1))
+    p.add_argument("--workers", type=int, default=default_workers())
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     if not args.inputs:
@@ -194,9 +199,14 @@ def make_tokenizer(args: argparse.Namespace, corpus: Corpus) -> Any:
     path = Path(os.path.expanduser(args.tokenizer))
     if not path.is_file():
         raise ConfigError(
-            f"--tokenizer: {args.tokenizer!r} is neither bpe, char nor a tokenizer.json file; "
-            "pass one of those"
+            f"--tokenizer: {args.tokenizer!r} is neither bpe, char, a tokenizer.json nor a "
+            ".tiktoken file; pass one of those"
         )
+    if path.suffix == ".tiktoken":
+        from attnlab.data.tiktoken_bpe import read_tiktoken_file, to_hf
+        from attnlab.data.tokenizers import OffsetTokenizer
+
+        return OffsetTokenizer(to_hf(read_tiktoken_file(path, 0)))
     return load_tokenizer(path, foreign=True)
 
 
@@ -207,184 +217,6 @@ def tokenizer_identity(args: argparse.Namespace) -> dict[str, Any]:
                 "sample_mb": args.tokenizer_sample_mb}  # fmt: skip
     path = Path(os.path.expanduser(args.tokenizer))
     return {"file": str(path.resolve()), "sha256": sha256_file(path) if path.is_file() else None}
-
-
-# -- encoding, in worker processes ----------------------------------------------------------
-_WORKER_TOKENIZER: Any = None
-
-
-def _start_worker(tokenizer_json: str) -> None:
-    global _WORKER_TOKENIZER
-    from attnlab.data.tokenizers import tokenizer_from_json
-
-    _WORKER_TOKENIZER = tokenizer_from_json(tokenizer_json, foreign=True)
-
-
-def encode_pieces(texts: list[str], tokenizer: Any = None, dtype: str = "uint32"
-                  ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    """The ids of all ``texts`` as one array of ``dtype``, and each text's count of ids
-    (one array each way: a task's result crosses between processes as two objects)."""
-    tokenizer = tokenizer if tokenizer is not None else _WORKER_TOKENIZER
-    if hasattr(tokenizer, "encode_array"):  # characters: a vectorised look-up
-        parts = [tokenizer.encode_array(t) for t in texts]
-        flat = np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
-    else:
-        parts = tokenizer.encode_batch(texts)
-        flat = np.fromiter(itertools.chain.from_iterable(parts), dtype=dtype)
-    return flat, np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
-
-
-def _tasks(pieces: Iterator[tuple[str, str, bool, int]], max_chars: int = 1 << 20,
-           max_pieces: int = 4096) -> Iterator[tuple[list[tuple[str, bool, int]], list[str]]]:
-    """Pieces grouped into tasks of about ``max_chars`` characters."""
-    meta: list[tuple[str, bool, int]] = []
-    texts: list[str] = []
-    size = 0
-    for split, text, last, ordinal in pieces:
-        meta.append((split, last, ordinal))
-        texts.append(text)
-        size += len(text)
-        if size >= max_chars or len(texts) >= max_pieces:
-            yield meta, texts
-            meta, texts, size = [], [], 0
-    if texts:
-        yield meta, texts
-
-
-def encoded(tasks: Iterator[tuple[list, list[str]]], tokenizer: Any, workers: int, dtype: str
-            ) -> Iterator[tuple[list, tuple[np.ndarray, np.ndarray]]]:  # fmt: skip
-    """Each task with its ids, in order; at most ``2 × workers + 1`` tasks in flight, so
-    memory holds a few tasks, not the corpus."""
-    if workers == 0:
-        for meta, texts in tasks:
-            yield meta, encode_pieces(texts, tokenizer, dtype)
-        return
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread a worker: processes scale
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    # an executor, not a Pool: a worker that dies (out of memory) fails the run instead of
-    # leaving it waiting for a result that never comes
-    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
-                               initargs=(tokenizer.to_json(),))  # fmt: skip
-    try:
-        pending: collections.deque = collections.deque()
-        for meta, texts in tasks:
-            pending.append((meta, pool.submit(encode_pieces, texts, None, dtype)))
-            if len(pending) > 2 * workers:
-                meta0, result = pending.popleft()
-                yield meta0, result.result()
-        while pending:
-            meta0, result = pending.popleft()
-            yield meta0, result.result()
-    except BrokenProcessPool as e:
-        raise DataError(
-            "--workers: a tokenizing process died (out of memory?); run the same command "
-            "again to continue where it stopped, with fewer --workers"
-        ) from e
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-# -- shards ---------------------------------------------------------------------------------
-class SplitWriter:
-    """One split's shards: tokens fill a buffer of one shard; a full buffer is written
-    (temporary file + rename) with its document starts and checksum. Memory: one shard's
-    tokens and document starts per split, whatever the corpus size."""
-
-    def __init__(self, folder: Path, split: str, dtype: str, shard_tokens: int,
-                 separator: int) -> None:  # fmt: skip
-        self.folder, self.split, self.dtype, self.shard_tokens = folder, split, dtype, shard_tokens
-        self.separator = np.array([separator], dtype=dtype)  # after every document
-        self.buffer = np.empty(0, dtype)  # allocated at the first token (pages as filled)
-        self.pending = 0  # tokens in the buffer
-        self.starts = np.empty(1024, np.int64)  # where documents start in the buffer
-        self.n_starts = 0
-        self.shards: list[dict[str, Any]] = []
-        self.written = 0  # tokens in finished shards
-        self.documents = 0
-        self.at_document_start = True
-
-    def add(self, ids: np.ndarray, ends_document: bool) -> int:
-        """Append a piece (and the separator after a document's last); returns how many
-        shards it completed."""
-        if not len(self.buffer):
-            self.buffer = np.empty(self.shard_tokens, self.dtype)
-        if self.at_document_start:
-            if self.n_starts == len(self.starts):
-                self.starts = np.resize(self.starts, 2 * len(self.starts))
-            self.starts[self.n_starts] = self.pending
-            self.n_starts += 1
-            self.documents += 1
-        self.at_document_start = ends_document
-        done = self._put(ids)
-        if ends_document:
-            done += self._put(self.separator)
-        return done
-
-    def _put(self, ids: np.ndarray) -> int:
-        done = 0
-        while len(ids):
-            take = min(len(ids), self.shard_tokens - self.pending)
-            self.buffer[self.pending : self.pending + take] = ids[:take]
-            self.pending += take
-            ids = ids[take:]
-            if self.pending == self.shard_tokens:
-                self._write_shard()
-                done += 1
-        return done
-
-    def _write_shard(self) -> None:
-        n = self.pending
-        tokens = self.buffer[:n]
-        starts = self.starts[: self.n_starts]
-        inside = starts[starts < n] if n else starts[:0]
-        name = f"{self.split}_{len(self.shards):06d}"
-        bin_path, docs_path = self.folder / f"{name}.bin", self.folder / f"{name}.docs"
-        write_atomic(docs_path, inside)
-        write_atomic(bin_path, tokens)
-        self.shards.append({
-            "file": bin_path.name, "docs": docs_path.name, "tokens": int(n),
-            "documents": len(inside), "sha256": hashlib.sha256(tokens).hexdigest(),
-            "docs_sha256": hashlib.sha256(inside.tobytes()).hexdigest(),
-        })  # fmt: skip
-        rest = starts[starts >= n] - n if n else starts
-        self.starts[: len(rest)] = rest
-        self.n_starts = len(rest)
-        self.written += n
-        self.pending = 0
-
-    def close(self) -> None:
-        """Write what is left as the split's last (shorter) shard."""
-        if self.pending or not self.shards:
-            self._write_shard()
-
-    # what a resumed preparation needs: the finished shards and the tokens not yet in one
-    def save_pending(self, generation: int) -> dict[str, Any]:
-        name = f".pending-{self.split}-{generation}"
-        write_atomic(self.folder / f"{name}.bin", self.buffer[: self.pending])
-        write_atomic(self.folder / f"{name}.docs", self.starts[: self.n_starts])
-        return {"shards": self.shards, "written": self.written, "documents": self.documents,
-                "pending": name}  # fmt: skip
-
-    def restore(self, state: dict[str, Any]) -> None:
-        self.shards, self.written = list(state["shards"]), int(state["written"])
-        self.documents = int(state["documents"])
-        for shard in self.shards:
-            path = self.folder / shard["file"]
-            size = np.dtype(self.dtype).itemsize * int(shard["tokens"])
-            if not path.is_file() or path.stat().st_size != size:
-                raise DataError(
-                    f"--out: shard {path} of the unfinished preparation is missing or cut "
-                    "short; delete the folder and prepare again"
-                )
-        pending = self.folder / state["pending"]
-        tokens = np.fromfile(f"{pending}.bin", dtype=self.dtype)
-        self.buffer = np.empty(self.shard_tokens, self.dtype)
-        self.buffer[: len(tokens)] = tokens
-        self.pending = len(tokens)
-        starts = np.fromfile(f"{pending}.docs", dtype=np.int64)
-        self.starts = np.resize(starts, max(1024, 2 * len(starts)))
-        self.n_starts = len(starts)
 
 
 # -- the folder -----------------------------------------------------------------------------
@@ -426,13 +258,6 @@ def check_folder(out: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _report(writers: dict[str, SplitWriter], started: float, tokens_at_start: int) -> str:
-    total = sum(w.written + w.pending for w in writers.values())
-    rate = (total - tokens_at_start) / max(time.perf_counter() - started, 1e-9)
-    parts = [f"{s} {w.written + w.pending:,} tokens" for s, w in writers.items()]
-    return f"{', '.join(parts)} ({rate / 1e6:.2f} M tokens/s)"
-
-
 def prepare(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     """Tokenize the corpus into ``args.out``; returns the index."""
     corpus = Corpus(args)
@@ -440,12 +265,12 @@ def prepare(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     settings = settings_of(args, corpus)
     saved = check_folder(out, settings)
     if saved is not None and saved.get("format") == FORMAT:  # already prepared
-        print(f"{out} already holds these shards; nothing to do")
-        return saved
+        return repair(out, args, corpus, saved)
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     try:
-        return _prepare_into(out, args, argv, corpus, settings, saved)
+        with StopSignals() as stop:
+            return _prepare_into(out, args, argv, corpus, settings, saved, stop)
     except UserError:  # bad input: the folder this run made goes (a fixed input is new input)
         if created:
             shutil.rmtree(out, ignore_errors=True)
@@ -456,19 +281,69 @@ def prepare(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         raise
 
 
+def _load_tokenizer(out: Path) -> Any:
+    from attnlab.data.tokenizers import load_tokenizer
+
+    if not (out / "tokenizer.json").is_file():
+        raise DataError(f"--out: {out} lacks its tokenizer.json; prepare into a new --out "
+                        "(or delete that folder)")  # fmt: skip
+    return load_tokenizer(out / "tokenizer.json", foreign=True)
+
+
+def repair(out: Path, args: argparse.Namespace, corpus: Corpus, index: dict[str, Any]
+           ) -> dict[str, Any]:  # fmt: skip
+    """A finished folder again: nothing to do, or its missing and damaged shards rebuilt
+    (the corpus tokenized again up to the last of them)."""
+    damaged = damaged_shards(out, index)
+    if not damaged:
+        print(f"{out} already holds these shards; nothing to do")
+        return index
+    names = [index["splits"][s]["shards"][n]["file"]
+             for s in SPLITS for n in sorted(damaged.get(s, ()))]  # fmt: skip
+    print(f"{out}: {', '.join(names)} missing or damaged; tokenizing the corpus again to rebuild "
+          f"{'it' if len(names) == 1 else 'them'}", flush=True)
+    tokenizer = _load_tokenizer(out)
+    encoder, _ = encoder_for(tokenizer)
+    writers = {s: SplitWriter(out, s, index["dtype"], index["shard_tokens"],
+                              index["splits"].get(s, {"shards": []})["shards"], damaged.get(s))
+               for s in SPLITS}  # fmt: skip
+    with StopSignals() as stop:
+        run = Preparation(out, index["settings"], writers, stop)
+        run.tokenize(corpus.pieces(), encoder, args.workers, index["dtype"], save=False)
+        for writer in writers.values():
+            if not writer.rebuilt:
+                writer.close()
+    if not all(w.rebuilt for w in writers.values()):
+        raise DataError(f"--out: the inputs no longer give the shards in {out}; prepare them "
+                        "into a new --out")  # fmt: skip
+    print(f"rebuilt {', '.join(names)} in {out}")
+    return index
+
+
+def _unfinished_damage(out: Path, saved: dict[str, Any], dtype: str) -> str | None:
+    """What of an unfinished preparation's files is missing or cut short, if anything."""
+    for state in saved["splits"].values():
+        bad = cut_short(out, state["shards"], dtype)
+        tokens = out / f"{state['pending']}.bin"
+        need = int(state.get("pending_tokens", 0)) * np.dtype(dtype).itemsize
+        if not tokens.is_file() or tokens.stat().st_size < need:
+            bad.append(tokens.name)
+        if bad:
+            return ", ".join(bad)
+    return None
+
+
 def _prepare_into(out: Path, args: argparse.Namespace, argv: list[str], corpus: Corpus,
-                  settings: dict[str, Any], saved: dict[str, Any] | None) -> dict[str, Any]:
-    from attnlab.data.tokenizers import tokenizer_from_json
+                  settings: dict[str, Any], saved: dict[str, Any] | None,
+                  stop: StopSignals) -> dict[str, Any]:  # fmt: skip
     from attnlab.special_tokens import EOS
 
     tokenizer_path = out / "tokenizer.json"
     if saved is not None:
-        if not tokenizer_path.is_file() or "splits" not in saved:
-            raise DataError(
-                f"--out: the unfinished preparation in {out} lacks its tokenizer.json or its "
-                "state; delete the folder and prepare again"
-            )
-        tokenizer = tokenizer_from_json(tokenizer_path.read_text(encoding="utf-8"), foreign=True)
+        if "splits" not in saved:
+            raise DataError(f"--out: the unfinished preparation in {out} lacks its state; "
+                            "prepare into a new --out (or delete that folder)")  # fmt: skip
+        tokenizer = _load_tokenizer(out)
     else:
         tokenizer = make_tokenizer(args, corpus)
     dtype = dtype_for(tokenizer.vocab_size) if args.dtype == "auto" else args.dtype
@@ -479,45 +354,27 @@ def _prepare_into(out: Path, args: argparse.Namespace, argv: list[str], corpus: 
         )
     if saved is None:
         tokenizer.save(tokenizer_path)
-    writers = {s: SplitWriter(out, s, dtype, args.shard_tokens, EOS) for s in SPLITS}
-    done, generation = 0, 0
+    encoder, how = encoder_for(tokenizer)
+    print(f"encoding with {how}, {args.workers or 'no'} worker processes", flush=True)
+    writers = {s: SplitWriter(out, s, dtype, args.shard_tokens) for s in SPLITS}
     for stale in out.glob(".*.tmp"):  # a write that a kill cut short
         stale.unlink()
+    run = Preparation(out, settings, writers, stop)
     if saved is not None:
-        done, generation = int(saved["documents_done"]), int(saved["generation"])
-        for split, state in saved["splits"].items():
-            writers[split].restore(state)
-        if done:
-            print(f"continuing the preparation in {out} after {done:,} documents")
-    tokens_at_start = sum(w.written + w.pending for w in writers.values())
-    started = last_report = time.perf_counter()
-    unsaved = False  # a shard finished since the state was last written
-
-    def save_state() -> None:
-        nonlocal generation
-        generation += 1
-        splits = {s: w.save_pending(generation) for s, w in writers.items()}
-        write_json_atomic(out / STATE, {"settings": settings, "documents_done": done,
-                                        "generation": generation, "splits": splits})
-        for old in out.glob(f".pending-*-{generation - 1}.*"):
-            old.unlink()
-
-    if saved is None:  # from here on, a killed run continues (from its first document)
-        save_state()
-
-    pieces = (p for p in corpus.pieces() if p[3] >= done)  # a resumed run skips what is done
-    for meta, (flat, lengths) in encoded(_tasks(pieces), tokenizer, args.workers, dtype):
-        ends = np.cumsum(lengths).tolist()
-        for (split, last, ordinal), stop, n in zip(meta, ends, lengths.tolist(), strict=True):
-            unsaved |= writers[split].add(flat[stop - n : stop], last) > 0
-            if last:
-                done = ordinal + 1
-                if unsaved:
-                    save_state()
-                    unsaved = False
-        if time.perf_counter() - last_report > 30:
-            print(_report(writers, started, tokens_at_start), flush=True)
-            last_report = time.perf_counter()
+        damage = _unfinished_damage(out, saved, dtype)
+        if damage is not None:
+            print(f"{out}: {damage} of the unfinished preparation is missing or cut short; "
+                  "starting it over from the first document")
+        else:
+            run = Preparation(out, settings, writers, stop, int(saved["documents_done"]),
+                              int(saved["generation"]))  # fmt: skip
+            for split, state in saved["splits"].items():
+                writers[split].restore(state)
+            print(f"continuing the preparation in {out} after {run.done:,} documents"
+                  if run.done else f"{out}: no document was saved yet; starting from the first")
+    if saved is None or not run.done:
+        run.save()  # from here on, a stopped run continues (from its first document)
+    run.tokenize(corpus.pieces(), encoder, args.workers, dtype)
     for split, writer in writers.items():
         if split == "test" and writer.documents == 0:
             continue
@@ -540,7 +397,7 @@ def _prepare_into(out: Path, args: argparse.Namespace, argv: list[str], corpus: 
     (out / STATE).unlink(missing_ok=True)
     for leftover in [*out.glob(".pending-*"), *out.glob(".*.tmp")]:
         leftover.unlink()
-    print(f"prepared {out}: {_report(writers, started, tokens_at_start)}")
+    print(f"prepared {out}: {run.report()}")
     return index
 
 
@@ -553,10 +410,18 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__)
         return 0
     try:
-        with user_errors(argv[argv.index("--out") + 1] if "--out" in argv[:-1] else None):
+        with user_errors(argv[argv.index("--out") + 1] if "--out" in argv[:-1] else None,
+                         DISK_FIX):  # fmt: skip
             prepare(parse(argv), argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+    except (Stopped, KeyboardInterrupt) as exc:
+        signum, saved = (exc.signum, exc.saved) if isinstance(exc, Stopped) else (
+            signal.SIGINT, None)  # fmt: skip
+        kept = f"the tokens of {saved:,} documents are saved; " if saved else ""
+        print(f"attnlab-prepare: stopped by {signal.Signals(signum).name}; {kept}run the same "
+              "command again to continue", file=sys.stderr)
+        return 128 + signum
     return 0
 
 

@@ -1,14 +1,18 @@
 """The data path at scale: attnlab-prepare's memory and speed, the loader, the step.
 
-    python -m attnlab.bench.data --sizes-mb 1024,2048 --json data.json
+    python -m attnlab.bench.data --sizes-mb 200,1024,2048 --json data.json
     attnlab-bench --only data
 
-1. A corpus is generated from the shared texts (Tiny Shakespeare's paragraphs and
-   Multi30k's English sentences as documents, shuffled anew each repetition, blank-line
-   separated) to each size asked, and ``attnlab-prepare`` tokenizes it with one
-   byte-level BPE (8192 tokens, trained once on the shared texts and given by path) in
-   2 worker processes. Peak memory is the largest sum of the proportional resident memory
-   (PSS) of the prepare process and its workers, polled every 0.1 s.
+1. A JSON-lines corpus is generated from the shared texts to each size asked: each
+   document joins 1–119 of Tiny Shakespeare's paragraphs and Multi30k's English
+   sentences (about 4.8 kB, as web text), shuffled anew each repetition. ``attnlab-prepare``
+   tokenizes it with one byte-level BPE (8192 tokens, trained once on the shared texts
+   and given by path, or ``--tokenizer``: a tokenizer.json or .tiktoken file) in 2 worker
+   processes, in turns with the tiktoken stream: the same BPE's ranks in tiktoken,
+   ``encode_ordinary`` per document into a ``uint16`` file from a pool of 2 processes
+   (:data:`STREAM`, 20 lines), the floor of tokenizing in Python. Peak memory is the
+   largest sum of the proportional resident memory (PSS) of a command's processes,
+   polled every 0.1 s.
 2. Worker scaling: 1 against 2 workers on one corpus, in turns.
 3. ``data=text``'s way (read the whole corpus, tokenize it in one process, keep it as one
    tensor) at sizes it can hold: its peak memory per corpus byte beside attnlab-prepare's.
@@ -77,6 +81,60 @@ def make_corpus(folder: Path, megabytes: float, docs: list[str], seed: int = 0,
     return paths
 
 
+def make_jsonl_corpus(path: Path, megabytes: float, docs: list[str], seed: int = 0,
+                      most: int = 119) -> Path:  # fmt: skip
+    """A JSON-lines file of about ``megabytes``: each record's ``text`` joins 1 to
+    ``most`` of ``docs`` (shuffled, blank-line separated)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    target, written, order, at = int(megabytes * 1e6), 0, [], 0
+    with open(path, "w", encoding="utf-8") as handle:
+        while written < target:
+            k = rng.randint(1, most)
+            if at + k > len(order):
+                order, at = docs[:], 0
+                rng.shuffle(order)
+            line = json.dumps({"text": "\n\n".join(order[at : at + k])}) + "\n"
+            at += k
+            handle.write(line)
+            written += len(line.encode())
+    return path
+
+
+# the tiktoken stream: the fastest way to tokenize in Python, for comparison
+STREAM = """
+import json, sys, numpy as np, tiktoken
+from multiprocessing import Pool
+from tiktoken.load import load_tiktoken_bpe
+ranks, pattern, corpus, out, workers = sys.argv[1:6]
+def start():
+    global enc
+    enc = tiktoken.Encoding("stream", pat_str=pattern, mergeable_ranks=load_tiktoken_bpe(ranks),
+                            special_tokens={})
+def encode(lines):
+    ids = [np.array(enc.encode_ordinary(json.loads(line)["text"]) + [2], np.uint16)
+           for line in lines]
+    return np.concatenate(ids)
+def batches(handle, n=256):
+    while lines := [line for _, line in zip(range(n), handle)]:
+        yield lines
+if __name__ == "__main__":
+    with open(corpus) as handle, open(out, "wb") as sink, Pool(int(workers), start) as pool:
+        for ids in pool.imap(encode, batches(handle)):
+            ids.tofile(sink)
+"""
+
+
+def write_ranks(bpe: Any, path: Path) -> Path:
+    """A :class:`~attnlab.data.tiktoken_bpe.ByteBPE`'s ranks as a ``.tiktoken`` file."""
+    import base64
+
+    lines = (f"{base64.b64encode(t).decode()} {r}" for t, r in sorted(bpe.ranks.items(),
+                                                                       key=lambda i: i[1]))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def _tree_rss(pid: int) -> int:
     """Proportional resident bytes (PSS: a page shared by n processes counts 1/n in each,
     so forked workers' shared pages count once) of ``pid`` and its descendants (Linux)."""
@@ -138,25 +196,51 @@ def _tokens(folder: Path) -> int:
     return sum(split["tokens"] for split in index["splits"].values())
 
 
-def prepare_runs(tmp: Path, docs: list[str], tokenizer: Path, sizes_mb: list[float]
-                 ) -> list[dict[str, Any]]:  # fmt: skip
+def side_by_side(tmp: Path, docs: list[str], tokenizer: Path, ranks: Path, pattern: str,
+                 sizes_mb: list[float], rounds: int) -> list[dict[str, Any]]:  # fmt: skip
+    """attnlab-prepare (2 workers) and the tiktoken stream (2 processes) on one JSON-lines
+    corpus per size, in turns (ABAB…): wall time, peak memory and their ratios."""
     rows = []
     for mb in sizes_mb:
-        corpus = make_corpus(tmp / f"corpus_{mb:g}", mb, docs)
-        out = tmp / f"shards_{mb:g}"
-        run = measured(prepare_command(corpus, out, tokenizer, 2), _env())
-        n = _tokens(out)
-        rows.append({"corpus_mb": mb, "workers": 2, "tokens": n, "wall_s": run["wall_s"],
-                     "tokens_per_s": n / run["wall_s"], "peak_rss_mb": run["peak_rss_mb"]})
-        print(f"prepare {mb:>7g} MB, 2 workers: {n / 1e6:8.1f} M tokens in {run['wall_s']:6.1f} s"
-              f" ({n / run['wall_s'] / 1e6:.2f} M/s), peak RSS {run['peak_rss_mb']:.0f} MiB",
-              flush=True)  # fmt: skip
-        for path in corpus:
-            path.unlink()
-        if mb != sizes_mb[0]:  # keep the first folder for the loader
-            for path in out.iterdir():
-                path.unlink()
+        corpus = make_jsonl_corpus(tmp / f"corpus_{mb:g}.jsonl", mb, docs)
+        times: dict[str, list[float]] = {"attnlab": [], "stream": []}
+        peaks: dict[str, list[float]] = {"attnlab": [], "stream": []}
+        counts = {}
+        for r in range(rounds):
+            for who in (("attnlab", "stream") if r % 2 == 0 else ("stream", "attnlab")):
+                out = tmp / f"out_{who}_{mb:g}"
+                if who == "attnlab":
+                    run = measured(prepare_command([corpus], out, tokenizer, 2), _env())
+                    counts[who] = _tokens(out)
+                else:
+                    run = measured([sys.executable, "-c", STREAM, str(ranks), pattern,
+                                    str(corpus), str(out), "2"], _env())  # fmt: skip
+                    counts[who] = out.stat().st_size // 2
+                times[who].append(run["wall_s"])
+                peaks[who].append(run["peak_rss_mb"])
+                _remove(out)
+        n = counts["attnlab"]
+        a, b = statistics.median(times["attnlab"]), statistics.median(times["stream"])
+        row = {"corpus_mb": mb, "workers": 2, "tokens": n, "stream_tokens": counts["stream"],
+               "wall_s": times, "peak_rss_mb": peaks, "tokens_per_s": n / a,
+               "stream_tokens_per_s": counts["stream"] / b,
+               "attnlab_over_stream": a / b}  # fmt: skip
+        rows.append(row)
+        print(f"prepare {mb:>7g} MB, 2 workers: {n / 1e6:8.1f} M tokens, attnlab {a:6.1f} s "
+              f"({n / a / 1e6:.2f} M/s, peak {max(peaks['attnlab']):.0f} MiB), tiktoken stream "
+              f"{b:6.1f} s (peak {max(peaks['stream']):.0f} MiB): {a / b:.2f}× (medians of "
+              f"{rounds})", flush=True)  # fmt: skip
+        corpus.unlink()
     return rows
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        for child in path.iterdir():
+            child.unlink()
+        path.rmdir()
+    elif path.exists():
+        path.unlink()
 
 
 def worker_scaling(tmp: Path, docs: list[str], tokenizer: Path, mb: float, rounds: int
@@ -169,8 +253,7 @@ def worker_scaling(tmp: Path, docs: list[str], tokenizer: Path, mb: float, round
             times[workers].append(measured(prepare_command(corpus, out, tokenizer, workers),
                                            _env())["wall_s"])  # fmt: skip
             n = _tokens(out)
-            for path in out.iterdir():
-                path.unlink()
+            _remove(out)
     one, two = statistics.median(times[1]), statistics.median(times[2])
     print(f"workers on {mb:g} MB: 1 → {n / one / 1e6:.2f} M tokens/s, 2 → {n / two / 1e6:.2f} "
           f"M tokens/s: {one / two:.2f}× (medians of {rounds})", flush=True)
@@ -273,26 +356,46 @@ def step_parity(tmp: Path, root: Path, rounds: int) -> dict[str, Any]:
     return {"step_s": times, "tokens_over_text": ratio}
 
 
+def bench_tokenizer(tmp: Path, docs: list[str], given: Path | None) -> tuple[Path, Path, str]:
+    """The tokenizer file attnlab-prepare is given, the same BPE's ``.tiktoken`` ranks for
+    the stream, and its split expression."""
+    from attnlab.data.tiktoken_bpe import from_hf_json, read_tiktoken_file
+    from attnlab.data.tokenizers import BPETokenizer
+
+    if given is not None and given.suffix == ".tiktoken":
+        return given, given, read_tiktoken_file(given, 0).pattern
+    if given is None:
+        given = tmp / "bpe8192.json"
+        BPETokenizer.train(docs, 8192).save(given)
+    bpe, why = from_hf_json(given.read_text(encoding="utf-8"))
+    if bpe is None:
+        raise SystemExit(f"error: --tokenizer {given}: tiktoken cannot express it ({why})")
+    return given, write_ranks(bpe, tmp / "bench.tiktoken"), bpe.pattern
+
+
 def run_data(sizes_mb: list[float], workers_mb: float, text_mb: list[float], rounds: int,
-             work: Path | None = None, step_rounds: int | None = None
-             ) -> dict[str, Any]:  # fmt: skip
+             work: Path | None = None, step_rounds: int | None = None,
+             tokenizer: Path | None = None) -> dict[str, Any]:  # fmt: skip
     root = shared_root()
     if (skipped := no_shakespeare(root)) is not None:
         return skipped
-    from attnlab.data.tokenizers import BPETokenizer
-
     docs = base_documents(root)
     with tempfile.TemporaryDirectory(prefix="attnlab_data_bench_", dir=work) as name:
         tmp = Path(name)
-        tokenizer = tmp / "bpe8192.json"
-        BPETokenizer.train(docs, 8192).save(tokenizer)
-        result: dict[str, Any] = {"prepare": prepare_runs(tmp, docs, tokenizer, sizes_mb)}
+        given, ranks, pattern = bench_tokenizer(tmp, docs, tokenizer)
+        result: dict[str, Any] = {"prepare": side_by_side(tmp, docs, given, ranks, pattern,
+                                                          sizes_mb, max(2, rounds - 1))}
         if len(sizes_mb) > 1:
             a, b = result["prepare"][0], result["prepare"][-1]
-            result["rss_ratio_largest_to_smallest"] = b["peak_rss_mb"] / a["peak_rss_mb"]
-        result["workers"] = worker_scaling(tmp, docs, tokenizer, workers_mb, rounds)
-        result["text_way"] = text_way(tmp, docs, tokenizer, text_mb)
-        result["loader_tokens_per_s"] = loader_speed(tmp / f"shards_{sizes_mb[0]:g}")
+            result["rss_ratio_largest_to_smallest"] = (max(b["peak_rss_mb"]["attnlab"])
+                                                       / max(a["peak_rss_mb"]["attnlab"]))
+        result["workers"] = worker_scaling(tmp, docs, given, workers_mb, rounds)
+        result["text_way"] = text_way(tmp, docs, given, text_mb)
+        loader_folder = tmp / "shards_loader"
+        subprocess.run(prepare_command(make_corpus(tmp / "corpus_loader", min(sizes_mb), docs),
+                                       loader_folder, given, 2), check=True, env=_env(),
+                       capture_output=True)  # fmt: skip
+        result["loader_tokens_per_s"] = loader_speed(loader_folder)
         result["step"] = step_parity(tmp, root, step_rounds or rounds)
     return result
 
@@ -300,7 +403,10 @@ def run_data(sizes_mb: list[float], workers_mb: float, text_mb: list[float], rou
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m attnlab.bench.data", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes-mb", default="1024,2048", help="corpus sizes to prepare")
+    parser.add_argument("--sizes-mb", default="200,1024,2048", help="corpus sizes to prepare")
+    parser.add_argument("--tokenizer", type=Path,
+                        help="a byte-level BPE tokenizer.json or .tiktoken file (default: a "
+                             "BPE of 8192 trained on the shared texts)")  # fmt: skip
     parser.add_argument("--workers-mb", type=float, default=128, help="corpus for 1 vs 2 workers")
     parser.add_argument("--text-mb", default="50,100", help="sizes for data=text's way")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of 1 vs 2 workers")
@@ -310,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     result = run_data([float(s) for s in args.sizes_mb.split(",")], args.workers_mb,
                       [float(s) for s in args.text_mb.split(",")], args.rounds, args.work,
-                      args.step_rounds)
+                      args.step_rounds, args.tokenizer)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     return 0

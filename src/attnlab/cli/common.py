@@ -78,17 +78,18 @@ def fail(message: str) -> None:
 
 
 @contextlib.contextmanager
-def user_errors(folder: str | Path | None = None) -> Iterator[None]:
+def user_errors(folder: str | Path | None = None, disk_fix: str | None = None) -> Iterator[None]:
     """Turn a UserError, or a write that failed for want of space or permission (into
-    ``folder`` when the error names no file), into one ``error: …`` line and exit code 2."""
-    from attnlab.cli.rundir import disk_error
+    ``folder`` when the error names no file; ``disk_fix`` says what to do, a training
+    run's way by default), into one ``error: …`` line and exit code 2."""
+    from attnlab.cli.rundir import RUN_FIX, disk_error
 
     try:
         yield
     except UserError as exc:
         fail(str(exc))
     except OSError as exc:
-        message = disk_error(exc, folder)
+        message = disk_error(exc, folder, disk_fix or RUN_FIX)
         if message is None:
             raise
         fail(message)

@@ -33,6 +33,7 @@ from attnlab.data.hub import is_saved_dataset
 from attnlab.errors import DataError
 
 UNITS = ("file", "paragraph", "line")
+_LOCAL = "pass its files (text, JSON-lines or parquet) instead"
 LINES_PER_PIECE = 512  # as data=text's encode_text
 Piece = tuple[str, bool]  # (text, ends its document)
 
@@ -221,10 +222,10 @@ def dataset_documents(source: Source, field: str, split: str, streaming: bool, k
             reason = (str(e).splitlines() or [""])[0][:200]
             raise DataError(
                 f"{key}: cannot stream the Hugging Face dataset {source.spec!r} "
-                f"({type(e).__name__}: {reason}); download it while online or pass local files"
+                f"({type(e).__name__}: {reason}); download it while online or {_LOCAL}"
             ) from e
     else:
-        ds = hf_split(load_hf_dataset(source.spec), split, "--hf-split")
+        ds = hf_split(load_hf_dataset(source.spec, None, key, _LOCAL), split, "--hf-split")
         if field not in ds.column_names:
             raise DataError(
                 f"{key}: no column {field!r} in {source.spec} (columns: {ds.column_names}); "

@@ -56,11 +56,12 @@ def sha256_file(path: Path, chunk: int = 1 << 24) -> str:
 
 
 def write_atomic(path: Path, data: bytes | np.ndarray) -> None:
-    """``data`` into ``path`` by way of a temporary file and a rename: whole or absent."""
+    """``data`` into ``path`` by way of a temporary file and a rename: whole or absent. An
+    array is written from its own memory (contiguous, as a shard's buffer is), no copy."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as handle:
-            handle.write(data.tobytes() if isinstance(data, np.ndarray) else data)
+            handle.write(np.ascontiguousarray(data) if isinstance(data, np.ndarray) else data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
