@@ -101,3 +101,14 @@ def test_a_tiktoken_file_is_known_by_its_hash_and_an_unknown_one_is_refused(
     monkeypatch.setitem(tiktoken_bpe.KNOWN_FILES, digest, known)
     bpe = tiktoken_bpe.read_tiktoken_file(path, NUM_SPECIAL)
     assert bpe.ranks == ranks and bpe.encode_array("the dog")[0] >= NUM_SPECIAL
+
+
+def test_a_vocabulary_with_gaps_in_its_ids_counts_up_to_its_largest(tmp_path: Path) -> None:
+    ranks = tiktoken_bpe.from_hf_json(trained("<|endoftext|>").to_str())[0].ranks
+    top = max(ranks.values())
+    specials = {"<|endoftext|>": top + 1, "<|endofprompt|>": top + 20}  # as cl100k_base's
+    hf = tiktoken_bpe.to_hf(tiktoken_bpe.ByteBPE("gaps", tiktoken_bpe.GPT2_PATTERN, ranks,
+                                                 specials))  # fmt: skip
+    tokenizer = OffsetTokenizer(hf)
+    assert tokenizer.vocab_size == top + 20 + 1 + NUM_SPECIAL
+    assert tokenizer.encode("<|endofprompt|>") == [top + 20 + NUM_SPECIAL]

@@ -22,3 +22,31 @@ def prepared_folder(root: Path, lines: int = 800, shard_tokens: int = 4096) -> P
             "--val-fraction", "0.1", "--shard-tokens", str(shard_tokens), "--workers", "0"]
     prep.prepare(prep.parse(argv), argv)
     return out
+
+
+def json_lines_corpus(path: Path, megabytes: float, seed: int = 0) -> Path:
+    """Records of 50–1500 random made-up words (accents included) up to ``megabytes``."""
+    import json
+
+    rng = np.random.default_rng(seed)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyzéü"))
+    words = np.array(["".join(rng.choice(letters, size=rng.integers(2, 9))) for _ in range(3000)])
+    lines, size = [], 0
+    while size < megabytes * 1e6:
+        text = " ".join(words[rng.integers(0, len(words), size=int(rng.integers(50, 1500)))])
+        lines.append(json.dumps({"text": text}, ensure_ascii=False))
+        size += len(lines[-1].encode()) + 1
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def signal_setting(root: Path, megabytes: float = 12) -> list[str]:
+    """attnlab-prepare's arguments (all but --out) for a corpus that takes a few seconds in
+    2 workers: JSON-lines, a byte-level BPE of 1000 tokens given by path, small shards."""
+    from attnlab.data.tokenizers import BPETokenizer
+
+    corpus = json_lines_corpus(root / "corpus.jsonl", megabytes)
+    sample = corpus.read_text(encoding="utf-8")[:500_000].splitlines()
+    BPETokenizer.train(sample, 1000).save(root / "bpe.json")
+    return [str(corpus), "--tokenizer", str(root / "bpe.json"), "--val-fraction", "0.01",
+            "--shard-tokens", "300000"]  # fmt: skip

@@ -176,7 +176,8 @@ class OffsetTokenizer:
 
     def __init__(self, tokenizer: HFTokenizerModel) -> None:
         self.hf = tokenizer
-        self.vocab_size = NUM_SPECIAL + tokenizer.get_vocab_size()
+        # up to the largest id: cl100k_base's special tokens, for one, leave gaps
+        self.vocab_size = NUM_SPECIAL + max(tokenizer.get_vocab().values(), default=-1) + 1
 
     def encode(self, text: str) -> list[int]:
         """Text to attnlab ids (the file's ids + 6), no special tokens added."""
