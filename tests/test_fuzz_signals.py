@@ -1,7 +1,9 @@
 """Fuzzing signal timing (slow): SIGINT, SIGTERM, SIGUSR1 or SIGKILL at a random moment of a
 real training process — between steps, during a checkpoint write, during validation —
 and afterwards the run directory resumes with ``ckpt_path=last`` and the resumed run ends
-with the weights of an uninterrupted one.
+with the weights of an uninterrupted one. The same for ``attnlab-prepare``: one or two
+signals at a random moment (training the tokenizer, tokenizing, writing a shard, saving
+its progress), then the same command finishes with the bytes of an uninterrupted run.
 
 Validation (and so a ``best`` and ``last.ckpt`` write) comes every 2 steps, so a good
 share of the draws land in a checkpoint write; epochs are 6 or 10 steps long, so most
@@ -13,6 +15,8 @@ makes Lightning build the loader before it reads the checkpoint).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -137,3 +141,96 @@ def test_a_signal_at_any_moment_leaves_a_run_that_resumes_exactly(
     assert final.keys() == reference.keys()
     for key, value in reference.items():
         assert torch.equal(final[key], value), key
+
+
+# -- attnlab-prepare ---------------------------------------------------------------------------
+# Ctrl-C reaches the whole process group (as from a terminal); SIGTERM (a scheduler's stop)
+# and SIGKILL the parent alone
+PREPARE_EXITS = {"SIGINT": 130, "SIGTERM": 143, "SIGKILL": -9}
+TOKENIZERS = {"file": [], "bpe": ["--tokenizer", "bpe", "--vocab-size", "1000",
+                                  "--tokenizer-sample-mb", "0.5"]}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def preparations(tmp_path_factory: pytest.TempPathFactory
+                 ) -> Callable[[str], tuple[list[str], list[str]]]:  # fmt: skip
+    """Each tokenizer's arguments and the shards' checksums of an uninterrupted run."""
+    from token_folders import signal_setting
+
+    root = tmp_path_factory.mktemp("prepare_corpus")
+    common = signal_setting(root)
+    done: dict[str, tuple[list[str], list[str]]] = {}
+
+    def preparation(tokenizer: str) -> tuple[list[str], list[str]]:
+        if tokenizer not in done:
+            args = [*common, *TOKENIZERS[tokenizer]]  # a later --tokenizer wins
+            out = tmp_path_factory.mktemp("uninterrupted") / "out"
+            result = run("prepare", *args, "--out", str(out))
+            assert result.returncode == 0, result.stderr[-3000:]
+            done[tokenizer] = args, shard_checksums(out)
+        return done[tokenizer]
+
+    return preparation
+
+
+def shard_checksums(folder: Path) -> list[str]:
+    from attnlab.data.shards import read_index
+
+    return [s["sha256"] for split in read_index(folder)["splits"].values() for s in split["shards"]]
+
+
+def gone(pgid: int, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.slow
+@settings(DEFAULT, max_examples=16)
+@given(name=st.sampled_from(sorted(PREPARE_EXITS)), delay=st.floats(0.0, 4.0),
+       second=st.none() | st.floats(0.0, 0.6), workers=st.sampled_from([0, 2]),
+       tokenizer=st.sampled_from(sorted(TOKENIZERS)))
+def test_a_signal_at_any_moment_leaves_a_preparation_that_finishes_exactly(
+    name: str, delay: float, second: float | None, workers: int, tokenizer: str,
+    preparations: Callable[[str], tuple[list[str], list[str]]],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:  # fmt: skip
+    args, reference = preparations(tokenizer)
+    out = tmp_path_factory.mktemp("signalled") / "out"
+    command = [*args, "--workers", str(workers), "--out", str(out)]
+    proc = start("cli.prepare_entry", *command, new_session=True)  # as attnlab-prepare
+    send = (lambda: os.killpg(proc.pid, signal.SIGINT)) if name == "SIGINT" else (
+        lambda: proc.send_signal(SIGNALS[name]))  # fmt: skip
+    try:
+        time.sleep(delay)
+        for wait in [0.0] if second is None else [0.0, second]:
+            time.sleep(wait)
+            with contextlib.suppress(ProcessLookupError):
+                if proc.poll() is None:
+                    send()
+        first = finish(proc, timeout=30)  # a hang fails here
+        assert gone(proc.pid), "a tokenizing process outlived the run"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    # a signal while the interpreter itself starts (before Python's handlers exist, or in
+    # its own initialization, which Python reports itself) ends it before attnlab runs
+    early = (first.returncode == -SIGNALS[name] and not first.stdout) or (
+        first.stderr.startswith("Fatal Python error: init_"))  # fmt: skip
+    assert early or "Traceback" not in first.stderr, first.stderr[-3000:]
+    # a signal after the folder was finished (at the interpreter's exit) may end the process
+    done = (out / "index.json").is_file() and first.returncode == -SIGNALS[name]
+    assert early or done or first.returncode in (0, PREPARE_EXITS[name]), first.stderr[-3000:]
+    if not (early or done) and first.returncode not in (0, -9):
+        lines = first.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("attnlab-prepare: stopped by"), lines
+        assert lines[0].endswith(("run the same command again to continue",
+                                  "before it began; nothing was written")), lines  # fmt: skip
+    again = run("prepare", *command)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert shard_checksums(out) == reference

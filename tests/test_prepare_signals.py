@@ -96,3 +96,22 @@ def test_the_tokenizing_processes_die_with_their_parent(
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_ctrl_c_while_the_command_loads_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    import sys
+
+    from attnlab.cli import prepare_entry
+
+    class CtrlCWhileLoading:  # an import finder: Ctrl-C comes as attnlab.prepare loads
+        def find_spec(self, name: str, *args: object) -> None:
+            if name == "attnlab.prepare":
+                raise KeyboardInterrupt
+
+    monkeypatch.delitem(sys.modules, "attnlab.prepare", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [CtrlCWhileLoading(), *sys.meta_path])
+    assert prepare_entry.main(["in.txt", "--out", "x"]) == 130
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == ["attnlab-prepare: stopped by SIGINT before it began; nothing was written"]

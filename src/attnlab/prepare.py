@@ -416,6 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     except (Stopped, KeyboardInterrupt) as exc:
+        for ending in (signal.SIGINT, signal.SIGTERM):  # stopped already: one more is moot
+            signal.signal(ending, signal.SIG_IGN)
         signum, saved = (exc.signum, exc.saved) if isinstance(exc, Stopped) else (
             signal.SIGINT, None)  # fmt: skip
         kept = f"the tokens of {saved:,} documents are saved; " if saved else ""
