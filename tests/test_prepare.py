@@ -440,3 +440,45 @@ def test_errors_name_the_options_of_attnlab_prepare(
     expect = {"full disk": "run the same attnlab-prepare command again to continue",
               "unavailable hf dataset": "error: input: "}[case]  # fmt: skip
     assert expect in lines[0]
+
+
+@pytest.mark.parametrize("state", ["killed between a shard and the next save",
+                                   "saved by an earlier attnlab"])  # fmt: skip
+def test_an_unfinished_folder_continues_from_its_saved_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, state: str
+) -> None:
+    files = [str(p) for p in corpus(tmp_path / "in", paragraphs=80)]
+    common = ["--tokenizer", "char", "--val-fraction", "0.1", "--shard-tokens", "1024",
+              "--workers", "0"]  # fmt: skip
+    prepare(*files, "--out", str(tmp_path / "whole"), *common)
+    real = prep.SplitWriter._write_shard
+    after = state.startswith("killed")
+
+    def die_at_the_fourth(self):  # noqa: ANN001, ANN202
+        if self.split == "train" and len(self.shards) == 3:
+            if after:
+                real(self)  # the shard is renamed into place, the state still names it pending
+            raise KeyboardInterrupt
+        return real(self)
+
+    monkeypatch.setattr(prep.SplitWriter, "_write_shard", die_at_the_fourth)
+    out = tmp_path / "parts"
+    with pytest.raises(KeyboardInterrupt):
+        prepare(*files, "--out", str(out), *common)
+    monkeypatch.setattr(prep.SplitWriter, "_write_shard", real)
+    saved = json.loads((out / prep.STATE).read_text())
+    if not after:  # an earlier attnlab: pending files named by the save, counted whole
+        for split, entry in saved["splits"].items():
+            for ext, count, size in ((".bin", entry.pop("pending_tokens"), 2),
+                                     (".docs", entry.pop("pending_starts"), 8)):  # fmt: skip
+                old = out / f"{entry['pending']}{ext}"
+                data = old.read_bytes()[: count * size] if old.exists() else b""
+                old.unlink(missing_ok=True)
+                (out / f".pending-{split}-7{ext}").write_bytes(data)
+            entry["pending"] = f".pending-{split}-7"
+        (out / prep.STATE).write_text(json.dumps(saved))
+    capsys.readouterr()
+    prepare(*files, "--out", str(out), *common)
+    assert f"after {saved['documents_done']:,} documents" in capsys.readouterr().out
+    assert shard_sums(out) == shard_sums(tmp_path / "whole")
+    assert not list(out.glob(".pending-*")) and not (out / prep.STATE).exists()

@@ -63,7 +63,7 @@ import numpy as np
 from attnlab.data.documents import UNITS, Source, documents, expand_sources
 from attnlab.data.encoding import default_workers, encoder_for
 from attnlab.data.preparation import STATE, Preparation, Stopped, StopSignals
-from attnlab.data.shard_writer import SplitWriter, cut_short, damaged_shards
+from attnlab.data.shard_writer import SplitWriter, cut_short, damaged_shards, pending_file
 from attnlab.data.shards import (
     FORMAT,
     INDEX,
@@ -322,11 +322,11 @@ def repair(out: Path, args: argparse.Namespace, corpus: Corpus, index: dict[str,
 
 def _unfinished_damage(out: Path, saved: dict[str, Any], dtype: str) -> str | None:
     """What of an unfinished preparation's files is missing or cut short, if anything."""
-    for state in saved["splits"].values():
+    for split, state in saved["splits"].items():
         bad = cut_short(out, state["shards"], dtype)
-        tokens = out / f"{state['pending']}.bin"
+        tokens = pending_file(out, split, state, ".bin")
         need = int(state.get("pending_tokens", 0)) * np.dtype(dtype).itemsize
-        if not tokens.is_file() or tokens.stat().st_size < need:
+        if need and (not tokens.is_file() or tokens.stat().st_size < need):
             bad.append(tokens.name)
         if bad:
             return ", ".join(bad)

@@ -163,7 +163,11 @@ def _record_text(record: Any, field: str, where: str, key: str) -> str | None:
 
 
 def _split_text(text: str) -> Iterator[Piece]:
-    yield from _pieces(text.splitlines(keepends=True), True)
+    lines = text.splitlines(keepends=True)
+    if len(lines) <= LINES_PER_PIECE:  # one piece: the text as it is, not joined again
+        yield text, True
+        return
+    yield from _pieces(lines, True)
 
 
 def jsonl_documents(path: str, field: str, key: str) -> Iterator[Piece]:

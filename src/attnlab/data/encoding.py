@@ -11,10 +11,13 @@ the parent ends (Linux: the kernel kills it; elsewhere it notices within a secon
 from __future__ import annotations
 
 import collections
+import contextlib
 import multiprocessing
 import os
+import queue
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -82,21 +85,30 @@ def _die_with(parent: int) -> None:
 
 
 def _serve(conn: Connection, encoder: Any, separator: int, dtype: str, parent: int) -> None:
-    """A worker: encode each task that comes, send the result back; end with the parent."""
+    """A worker: encode each task that comes, send the result back; end with the parent.
+    A thread takes tasks off the pipe as they come, so the parent never waits to send one
+    while this process sends a result (both would wait on the other)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler, inherited
     _die_with(parent)
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread a worker: processes scale
-    while True:
-        while not conn.poll(1.0):
-            if os.getppid() != parent:
+    inbox: queue.SimpleQueue = queue.SimpleQueue()
+
+    def receive() -> None:
+        task = None
+        while True:
+            while not conn.poll(1.0):
+                if os.getppid() != parent:
+                    inbox.put(None)
+                    return
+            with contextlib.suppress(EOFError, OSError):
+                task = conn.recv()
+            inbox.put(task)
+            if task is None:
                 return
-        try:
-            task = conn.recv()
-        except EOFError:
-            return
-        if task is None:
-            return
+
+    threading.Thread(target=receive, daemon=True).start()
+    while (task := inbox.get()) is not None:
         try:
             result: tuple[bool, Any] = (True, encode_task(encoder, *task, separator, dtype))
         except Exception as e:  # noqa: BLE001 (reported by the parent, which stops)
@@ -106,6 +118,8 @@ def _serve(conn: Connection, encoder: Any, separator: int, dtype: str, parent: i
 
 class Workers:
     """``n`` tokenizing processes; :meth:`map` encodes tasks in them, results in order."""
+
+    DEPTH = 2  # tasks a worker holds: memory is a few tasks' text and ids per worker
 
     def __init__(self, n: int, encoder: Any, separator: int, dtype: str) -> None:
         methods = multiprocessing.get_all_start_methods()
@@ -125,42 +139,54 @@ class Workers:
             self.close()
             raise
 
+    def _died(self, i: int) -> DataError:
+        self.processes[i].join(1)
+        return DataError(
+            f"--workers: a tokenizing process died (exit code {self.processes[i].exitcode}; "
+            "out of memory?); run the same command again to continue, with fewer --workers"
+        )
+
+    def _send(self, i: int, task: Task) -> None:
+        try:
+            self.conns[i].send(task)
+        except OSError as e:  # its end of the pipe is gone
+            raise self._died(i) from e
+
     def _receive(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         conn, process = self.conns[i], self.processes[i]
         wait([conn, process.sentinel])
         try:
             ok, result = conn.recv() if conn.poll() else (False, None)
-        except EOFError:
+        except (EOFError, OSError):
             ok, result = False, None
         if result is None:
-            process.join(1)
-            raise DataError(
-                f"--workers: a tokenizing process died (exit code {process.exitcode}; out of "
-                "memory?); run the same command again to continue, with fewer --workers"
-            )
+            raise self._died(i)
         if not ok:
             raise DataError(f"--tokenizer: encoding failed in a worker process ({result})")
         return result
 
     def map(self, tasks: Iterator[tuple[Any, Task]]
             ) -> Iterator[tuple[Any, tuple[np.ndarray, np.ndarray]]]:  # fmt: skip
-        """Each ``(meta, task)`` as ``(meta, encode_task(...))``, in order. A worker holds
-        one task; the next is read while the workers encode."""
+        """Each ``(meta, task)`` as ``(meta, encode_task(...))``, in order. Each worker
+        holds ``DEPTH`` tasks, taken in turns, so it has the next one at hand while this
+        process is busy (reading the corpus, writing a shard)."""
         busy: collections.deque = collections.deque()  # (worker, meta) in task order
         upcoming = next(tasks, None)
-        for i in range(len(self.conns)):
-            if upcoming is None:
-                break
-            self.conns[i].send(upcoming[1])
-            busy.append((i, upcoming[0]))
+
+        def submit(i: int) -> None:
+            nonlocal upcoming
+            self._send(i, upcoming[1])  # type: ignore[index]
+            busy.append((i, upcoming[0]))  # type: ignore[index]
             upcoming = next(tasks, None)
+
+        for i in [*range(len(self.conns))] * self.DEPTH:
+            if upcoming is not None:
+                submit(i)
         while busy:
             i, meta = busy.popleft()
             result = self._receive(i)
             if upcoming is not None:
-                self.conns[i].send(upcoming[1])
-                busy.append((i, upcoming[0]))
-                upcoming = next(tasks, None)
+                submit(i)
             yield meta, result
 
     def close(self) -> None:

@@ -113,7 +113,7 @@ class Preparation:
         """Write the state (and the tokens not yet in a shard): a run stopped after this
         continues from here."""
         self.generation += 1
-        splits = {s: w.save_pending(self.generation) for s, w in self.writers.items()}
+        splits = {s: w.save_pending() for s, w in self.writers.items()}
         write_json_atomic(self.out / STATE, {"settings": self.settings, "documents_done": self.done,
                                              "generation": self.generation, "splits": splits})
         kept = {state["pending"] + ext for state in splits.values() for ext in (".bin", ".docs")}
@@ -157,7 +157,9 @@ class Preparation:
         self.started = last_report = time.perf_counter()
         self.tokens_at_start = self.tokens()
         pieces = (p for p in pieces if p[3] >= self.done)  # a resumed run skips what is done
-        with contextlib.closing(encoded(tasks(pieces), encoder, workers, EOS, dtype)) as results:
+        with contextlib.closing(encoded(tasks(pieces), encoder, workers, EOS, dtype)) as results, (
+                contextlib.ExitStack()) as stack:  # fmt: skip
+            stack.callback(lambda: [w.abandon() for w in self.writers.values()])
             for meta, (flat, lengths) in results:
                 self.take(meta, flat, lengths, save)
                 if not self.at_document_start:  # progress is saved between documents only
