@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     if only and "data" in only:  # attnlab-prepare, the loader and the step (whole processes)
         from attnlab.bench.data import run_data
 
-        sizes_mb, text_mb = ([64, 128], [16, 32]) if args.quick else ([1024, 2048], [50, 100])
+        sizes_mb, text_mb = ([64, 128], [16, 32]) if args.quick else ([200, 1024, 2048], [50, 100])
         separate["data"] = run_data(sizes_mb, 32 if args.quick else 128, text_mb,
                                     2 if args.quick else 3,
                                     step_rounds=2 if args.quick else 5)  # fmt: skip
