@@ -14,7 +14,7 @@ from attnlab import eval as attnlab_eval
 from attnlab import generate as attnlab_generate
 from attnlab import train as attnlab_train
 from attnlab.cli.checkpoints import default_checkpoint
-from composed_runs import TINY_MODEL, compose_run
+from composed_runs import TINY_MODEL, compose_run, sized
 
 ONE_EPOCH = [
     "trainer.max_epochs=1", "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1",
@@ -26,7 +26,8 @@ SMALL_REVERSE = ["data=reverse", "data.train_size=32", "data.val_size=8", "data.
 def train_run(root: Path, name: str, overrides: list[str]) -> Path:
     """``attnlab-train`` in this process; returns the run directory."""
     run_dir = root / name
-    code = attnlab_train.main([*TINY_MODEL, *ONE_EPOCH, *overrides, f"hydra.run.dir={run_dir}"])
+    args = [*sized(TINY_MODEL, overrides), *ONE_EPOCH, *overrides, f"hydra.run.dir={run_dir}"]
+    code = attnlab_train.main(args)
     assert code == 0 and (run_dir / "checkpoints" / "last.ckpt").is_file()
     return run_dir
 

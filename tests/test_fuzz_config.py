@@ -26,9 +26,9 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from attnlab import train as attnlab_train
-from attnlab.catalog import CATALOG
 from attnlab.cli.compose import compose_config, validate_overrides
 from attnlab.cli.rundir import release_all
+from attnlab.components import FAMILIES
 from composed_runs import compose_run
 from fuzzing import DEFAULT, MANY, captured, time_limit
 
@@ -49,15 +49,22 @@ def _keys(prefix: str, node: Any) -> list[str]:
 
 
 def config_keys(data: str) -> list[str]:
-    """Every leaf key of the composed config with ``data=<data>``, as users spell them."""
-    cfg = compose_config([f"data={data}"])
+    """Every leaf key of the composed config with ``data=<data>``, as users spell them; of
+    the model's, those its architecture and default components read (the others are
+    refused whatever their value, which the refusal's own tests check)."""
+    from attnlab.model_config import ModelConfig
+
+    cfg = compose_config([f"data={data}", *MODEL.get(data, [])])
+    reads = ModelConfig.from_dict(OmegaConf.to_container(cfg.model)).to_dict()
     keys = [k for top in cfg for k in _keys(f"{top}.", cfg[top]) if str(top) not in UNFUZZED]
+    keys = [k for k in keys if not k.startswith("model.") or k.split(".", 1)[1] in reads]
     return sorted(k for k in keys if not any(k == u or k.startswith(u + ".") for u in UNFUZZED))
 
 
+MODEL = {"majority": ["model=encoder_only"], "digits": ["model=vit"]}
 KEYS = {data: config_keys(data) for data in DATA}
-REGISTRY_VALUES = {key: sorted(entry.names) for key, entry in CATALOG.items()}
-REGISTRY_VALUES["model.name"] = REGISTRY_VALUES.pop("model")
+REGISTRY_VALUES = {"model.name" if key == "name" else f"model.{key}": family.names()
+                   for key, family in FAMILIES.items()}  # fmt: skip
 OTHER_VALUES = {
     "optim.schedule": ["cosine", "inverse_sqrt", "constant"],
     "decode.strategy": ["greedy", "sample", "beam"], "decode.cache": ["static", "dynamic", "auto"],
@@ -103,9 +110,8 @@ def overrides(draw: st.DrawFn) -> list[str]:
     """data=<one of DATA>, then one or two of its keys set to drawn values."""
     data = draw(st.sampled_from(DATA))
     chosen = draw(st.lists(st.sampled_from(KEYS[data]), min_size=1, max_size=2, unique=True))
-    model = ["model=encoder_only"] if data in ("majority",) else []
-    model = ["model=vit"] if data == "digits" else model
-    return [f"data={data}", *model, *[f"{key}={draw(values_for(key))}" for key in chosen]]
+    return [f"data={data}", *MODEL.get(data, []),
+            *[f"{key}={draw(values_for(key))}" for key in chosen]]  # fmt: skip
 
 
 def one_error_line(printed: str) -> str:

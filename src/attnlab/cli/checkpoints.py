@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from attnlab.cli.common import register_resolvers
 from attnlab.errors import CheckpointError, ConfigError
@@ -231,7 +231,10 @@ def load_run_config(run_dir: Path, overrides: Iterable[tuple[str, Any]]) -> Dict
     for key, value in overrides:
         adding = key.startswith("+")
         key = key.lstrip("+")
-        current = OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=False)
+        try:  # a key the run left unset (???) is a key too
+            current = OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=True)
+        except MissingMandatoryValue:
+            current = None
         if current is _ABSENT and not adding:
             raise ConfigError(
                 f"{key} is not a key of {path}; check the spelling (or write +{key}=… to add it)"

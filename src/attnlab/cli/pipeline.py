@@ -31,8 +31,7 @@ from attnlab.cli.components import component_class, needs_of, supplied
 from attnlab.cli.preflight import check_trains_here
 from attnlab.data.base import AttnlabDataModule
 from attnlab.errors import CheckpointError, ConfigError, UserError
-from attnlab.model_config import ModelConfig
-from attnlab.models import ARCHITECTURES
+from attnlab.model_config import ARCHITECTURES, ModelConfig
 from attnlab.tasks import Task, check_compatible, task_class
 
 
@@ -53,21 +52,23 @@ def container(node: Any) -> dict[str, Any]:
     return OmegaConf.to_container(node, resolve=True) if node is not None else {}  # type: ignore[return-value]
 
 
-def check_config(cfg: DictConfig, source: str = "the config") -> ModelConfig:
+def check_config(cfg: DictConfig, source: str = "the config", strict: bool = True
+                 ) -> ModelConfig:  # fmt: skip
     """Allowlisted ``_target_`` values, then every key's type and range, before any data
-    loads; the checked ModelConfig, for :func:`build_task` to fill in from the data."""
+    loads; the checked ModelConfig, for :func:`build_task` to fill in from the data.
+    ``strict=False``: a model key the model does not read is dropped (a sweep's job, whose
+    sweep checked that some job reads it)."""
     from attnlab.cli.schema import check_run_config
 
-    return check_run_config(cfg, source)
+    return check_run_config(cfg, source, strict)
 
 
 def build_data(cfg: DictConfig) -> AttnlabDataModule:
     datamodule = build(cfg.data, "data")
     if not isinstance(datamodule, AttnlabDataModule):
         raise ConfigError("data._target_ must name an AttnlabDataModule subclass")
-    check_compatible(str(cfg.model.name), datamodule.task, bool(cfg.model.get("prefix_lm", False)))
+    check_compatible(str(cfg.model.name), datamodule.task, cfg.model.get("prefix_lm") is True)
     if getattr(datamodule, "given_labels", False):
-
         if ARCHITECTURES.get(str(cfg.model.name)).feeding.lm != "causal":
             raise ConfigError(
                 f"model={cfg.model.name} is a masked LM, and this data scores chosen positions "
@@ -188,11 +189,11 @@ def last_logged(trainer: L.Trainer) -> dict[str, float]:
     return {k: v for k, v in last.items() if not k.startswith("test/") and math.isfinite(v)}
 
 
-def model_settings(cfg: DictConfig, datamodule: AttnlabDataModule) -> dict[str, Any]:
-    """``model.*`` with what only the data knows: the vocabulary size, and an image data
-    module's ``model_inputs`` (image size, channels, patch size)."""
-    inputs = dict(getattr(datamodule, "model_inputs", None) or {})
-    return {**container(cfg.model), "vocab_size": datamodule.vocab_size, **inputs}
+def data_values(datamodule: AttnlabDataModule) -> dict[str, Any]:
+    """The model keys only the data knows: the vocabulary size, and an image data module's
+    ``model_inputs`` (image size, channels, patch size)."""
+    return {"vocab_size": datamodule.vocab_size, **(getattr(datamodule, "model_inputs", None)
+                                                     or {})}  # fmt: skip
 
 
 def build_task(
@@ -200,17 +201,16 @@ def build_task(
 ) -> Task:
     """The task and its model. ``checked``: the ModelConfig :func:`check_config` returned,
     which only the data's values are added to (else the settings are checked here)."""
-    model = model_settings(cfg, datamodule)
-    data_keys = ("vocab_size", *(getattr(datamodule, "model_inputs", None) or {}))
-    model_cfg = (checked.with_data({k: model[k] for k in data_keys}) if checked is not None
-                 else ModelConfig.from_dict(model))  # fmt: skip
+    base = checked if checked is not None else ModelConfig.from_dict(container(cfg.model))
+    model_cfg = base.with_data({k: v for k, v in data_values(datamodule).items() if k in base})
+    model = model_cfg.to_dict()  # what the checkpoint keeps: the resolved keys
     accelerator = str(cfg.trainer.get("accelerator", "cpu"))
     if getattr(datamodule, "document_mask", False):
         check_document_mask(model_cfg)
     task_cls = task_class(datamodule.task)
     longest = datamodule.longest()
     if longest:
-        ARCHITECTURES.get(model_cfg.name).check_lengths(model_cfg, max(longest.values()))
+        model_cfg.architecture.check_lengths(model_cfg, max(longest.values()))
     architecture = build_model_within_memory(model_cfg, task_cls.kind, accelerator,
                                              shards(cfg.trainer))  # fmt: skip
     if cfg.get("train", True):
@@ -235,7 +235,7 @@ def check_document_mask(model_cfg: ModelConfig) -> None:
     """``data.document_mask=true`` needs a Transformer whose attention takes a dense mask."""
 
     name = model_cfg.name
-    if not ARCHITECTURES.get(name).takes_documents:
+    if not model_cfg.architecture.takes_documents:
         raise ConfigError(
             f"data.document_mask=true masks attention between documents, and model={name} "
             "takes no such mask; use model=decoder_only or model=encoder_only, or set "
@@ -344,7 +344,7 @@ def build_loggers(cfg: DictConfig, run_dir: Path, resume_step: int | None = None
     ``resume_step``: the step of the checkpoint this run continues; metrics.csv keeps
     its rows up to that step instead of being started anew.
     """
-    from attnlab.catalog import locate
+    from attnlab.components import locate
 
     run = {"resume_step": resume_step}
     loggers: list[Logger] = []

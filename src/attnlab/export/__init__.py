@@ -159,7 +159,7 @@ def run(argv: list[str]) -> int:
         from attnlab.models import ModelConfig
 
         settings = {**(resolved(cfg, "model") or {}), "vocab_size": 8}
-        choose_mapping(ModelConfig.from_dict(settings), task)
+        choose_mapping(ModelConfig.from_dict(settings, strict=False), task)
     tokenizer = load_tokenizer(run_dir / "tokenizer.json")
     model = load_model(cfg, ckpt, tokenizer.vocab_size, "cpu", task)
     staging = folder.with_name(f".{folder.name}.partial-{os.getpid()}")

@@ -54,7 +54,8 @@ def load_native(folder: str | Path) -> tuple[Any, Any, str]:
         raise CheckpointError(f"{path} has format version {meta.get('version')}, this attnlab "
                               f"reads {VERSION}; export the run again")  # fmt: skip
     try:
-        model = build_model(ModelConfig.from_dict(dict(meta["model"])), str(meta["task"]))
+        model = build_model(ModelConfig.from_dict(dict(meta["model"]), strict=False),
+                            str(meta["task"]))
     except UserError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
     except (KeyError, TypeError) as exc:

@@ -1,10 +1,10 @@
 """The architectures (one interface, registered by name); no Lightning, no Hydra.
 
-``ARCHITECTURES`` finds each by the line of :mod:`attnlab.catalog` that names it.
+``ARCHITECTURES`` finds each through its config (:mod:`attnlab.components.architectures`).
 """
 
 from attnlab.model_config import ModelConfig
-from attnlab.models.interface import ARCHITECTURES, Architecture, Feeding
+from attnlab.models.interface import ARCHITECTURES, Architecture, Feeding  # noqa: F401
 from attnlab.models.recurrent import RecurrentModel
 from attnlab.models.transformer import (
     DecoderOnly,

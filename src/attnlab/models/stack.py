@@ -17,13 +17,10 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from attnlab.model_config import ModelConfig
-from attnlab.nn.attention import MultiHeadAttention
-from attnlab.nn.attention_kinds import ATTENTION_KINDS
 from attnlab.nn.dropout import Dropout
 from attnlab.nn.kernels import AttentionInputs
-from attnlab.nn.layers import DecoderLayer, EncoderLayer, ParallelLayer
-from attnlab.nn.norms import RESIDUALS, StackDepth, make_norm
-from attnlab.nn.positions import POSITIONS, Positions
+from attnlab.nn.norms import StackDepth, make_norm
+from attnlab.nn.positions import Positions
 
 
 class TokenEmbedding(nn.Module):
@@ -74,11 +71,8 @@ def attention_mask(
 
 
 def make_positions(cfg: ModelConfig, causal: bool, grid: tuple[int, int] | None) -> Positions:
-    """The ``model.pos`` scheme; image schemes (``needs_grid``) also get the patch grid."""
-    cls = POSITIONS.get(cfg.pos)
-    if cls.needs_grid:
-        return cls(cfg.d_model, cfg.n_heads, cfg.max_len, causal, grid=grid)
-    return cls(cfg.d_model, cfg.n_heads, cfg.max_len, causal)
+    """The ``model.pos`` scheme, built by its config; image schemes also get the patch grid."""
+    return cfg.component("pos").build(cfg, causal, grid)
 
 
 def drop_biases(*modules: nn.Module | None) -> None:
@@ -119,41 +113,27 @@ class TransformerStack(nn.Module):
         grid: tuple[int, int] | None = None,
     ) -> None:
         super().__init__()
-        self.causal, self.pad_id = causal, cfg.pad_id
+        self.causal, self.pad_id = causal, cfg.get("pad_id")  # a ViT's stack reads no tokens
         self.checkpointing = cfg.activation_checkpointing
         self.sparse = cfg.attention != "full"
         self.embedding = embedding
         # relative buckets look both ways unless attention is purely causal: a prefix-LM
         # sees keys to its right inside the prefix (Mesh TF, Unitransformer.fully_autoregressive)
-        fully_causal = causal and not cfg.prefix_lm
+        fully_causal = causal and not cfg.get("prefix_lm")
         self.positions = make_positions(cfg, fully_causal, grid)
         self.dropout = Dropout(cfg.dropout)
         self.embed_norm = make_norm(cfg.norm_type, cfg.d_model) if cfg.embed_norm else None
         depth = depth or StackDepth()
 
-        def layer() -> nn.Module:
-            if cfg.block == "parallel":
-                return ParallelLayer(cfg, causal)
-            return DecoderLayer(cfg, cross, depth) if causal else EncoderLayer(cfg, depth)
-
-        self.layers = nn.ModuleList(layer() for _ in range(n_layers))
+        block = cfg.component("block")
+        self.layers = nn.ModuleList(block.build(cfg, causal, cross, depth) for _ in range(n_layers))
         self.final_norm = (
             make_norm(cfg.norm_type, cfg.d_model)
-            if RESIDUALS.get(cfg.norm).final_norm
+            if cfg.component("norm").target().final_norm
             else nn.Identity()
         )
         if not cfg.bias:
             drop_biases(self.layers, self.embed_norm, self.final_norm)
-
-    @classmethod
-    def check_config(cls, cfg: ModelConfig) -> None:
-        """Each component a stack builds from ``cfg`` checks the keys it reads."""
-        components: list[Any] = [MultiHeadAttention, POSITIONS.get(cfg.pos),
-                                 ATTENTION_KINDS.get(cfg.attention)]  # fmt: skip
-        if cfg.block == "parallel":
-            components.append(ParallelLayer)
-        for component in components:
-            component.check_config(cfg)
 
     def forward(
         self,

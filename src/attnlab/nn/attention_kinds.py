@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnlab.components.attention import LinformerConfig
 from attnlab.errors import ConfigError
 from attnlab.nn.kernels import Keeps, math_attention
 from attnlab.nn.positions import apply_rotary
@@ -71,22 +72,6 @@ class AttentionKind(nn.Module):
         if causal and not self.causal_ok:
             raise ConfigError(self.causal_error)
         self.cfg, self.causal = cfg, causal
-
-    @classmethod
-    def check_config(cls, cfg: ModelConfig) -> None:
-        """A pattern or kernel of its own takes no additive position bias, and has no
-        prefix-LM form (both are masks or biases on the full score matrix)."""
-        if cfg.pos in ("alibi", "t5_relative", "xl_relative"):
-            raise ConfigError(
-                f"model.attention={cfg.attention} builds its own sparse or kernelised "
-                f"pattern and takes no additive position bias (model.pos={cfg.pos}); use "
-                "model.pos=rope, sinusoidal, learned or none"
-            )
-        if cfg.prefix_lm:
-            raise ConfigError(
-                f"model.attention={cfg.attention} has no prefix-LM pattern; use "
-                "model.prefix_lm=false or model.attention=full"
-            )
 
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None,
@@ -288,10 +273,6 @@ class FullAttention(AttentionKind):
 
     sparse = False
 
-    @classmethod
-    def check_config(cls, cfg: ModelConfig) -> None:
-        """Every position scheme and the prefix-LM mask apply."""
-
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None,
         q_offset: int = 0, dropout_p: float = 0.0,
@@ -481,13 +462,9 @@ class LinformerAttention(AttentionKind):
     there is no causal form, and ``q_offset`` is ignored.
     """
 
-    causal_ok, has_params = False, True
+    causal_ok, has_params = LinformerConfig.causal_ok, True
     pattern = None  # type: ignore[assignment]  # not a softmax over a key pattern
-    causal_error = (
-        "model.attention=linformer mixes every position into its k projections, so it "
-        "cannot be causal; use it with model=encoder_only or vit, or choose "
-        "sliding_window/linear for decoders"
-    )
+    causal_error = LinformerConfig.causal_error
 
     def __init__(self, cfg: ModelConfig, causal: bool) -> None:
         super().__init__(cfg, causal)
