@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import signal
+import traceback
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
@@ -56,3 +57,30 @@ def captured(decide: Callable[[], T]) -> tuple[T | BaseException, str]:
             return decide(), out.getvalue()
         except (Exception, SystemExit) as exc:  # noqa: BLE001 (every outcome is judged)
             return exc, out.getvalue()
+
+
+def one_error_line(printed: str) -> str:
+    """The one ``error:`` line of a refusal's output (no traceback, no second error)."""
+    assert "Traceback" not in printed, printed[-3000:]
+    errors = [line for line in printed.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, printed[-3000:]
+    return errors[0]
+
+
+def train_exit(args: list[str]) -> tuple[int, str]:
+    """(``attnlab-train args``' exit code, what it printed), run in this process; an
+    exception escaping the entry point fails the test."""
+    from attnlab import train as attnlab_train
+    from attnlab.cli.rundir import release_all
+
+    def run() -> int:
+        try:
+            return attnlab_train.main(args)
+        finally:
+            release_all()
+
+    outcome, printed = captured(run)
+    if isinstance(outcome, SystemExit):
+        return int(outcome.code or 0), printed
+    assert not isinstance(outcome, BaseException), "".join(traceback.format_exception(outcome))
+    return int(outcome), printed
