@@ -16,7 +16,9 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
+import numpy as np
 from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 
 T = TypeVar("T")
 
@@ -27,6 +29,29 @@ _COMMON = {
 }
 DEFAULT = settings(max_examples=30, derandomize=True, **_COMMON)
 MANY = settings(max_examples=1500, **_COMMON)
+
+
+@st.composite
+def damage(draw: st.DrawFn, size: int) -> list[tuple[str, int, int]]:
+    """One to three edits of a file of ``size`` bytes: (kind, position, value)."""
+    edit = st.one_of(
+        st.tuples(st.just("flip"), st.integers(0, max(size - 1, 0)), st.integers(1, 255)),
+        st.tuples(st.just("truncate"), st.integers(0, size), st.just(0)),
+        st.tuples(st.just("append"), st.integers(1, 64), st.integers(0, 2**31)),
+    )
+    return draw(st.lists(edit, min_size=1, max_size=3))
+
+
+def damaged(data: bytes, edits: list[tuple[str, int, int]]) -> bytes:
+    out = bytearray(data)
+    for kind, position, value in edits:
+        if kind == "flip" and out:
+            out[position % len(out)] ^= value
+        elif kind == "truncate":
+            del out[position % (len(out) + 1) :]
+        elif kind == "append":
+            out += np.random.default_rng(value).integers(0, 256, position, dtype=np.uint8).tobytes()
+    return bytes(out)
 
 
 class TimedOut(Exception):

@@ -224,3 +224,37 @@ def test_a_hugging_face_dataset_streams_from_local_files(tmp_path: Path) -> None
     splits = index["splits"]
     assert splits["train"]["documents"] + splits["val"]["documents"] == 40
     assert index["settings"]["streaming"] is True
+
+
+@pytest.mark.parametrize(("option", "expect"), [
+    (["--tokenizer-sample-mb", "nan"], "--tokenizer-sample-mb must be"),
+    (["--tokenizer-sample-mb", "inf"], "--tokenizer-sample-mb must be"),
+    (["--tokenizer-sample-mb", "1e-9"], "--tokenizer-sample-mb must be"),  # a sample of no byte
+    (["--shard-tokens", str(2**64)], "--shard-tokens must lie between"),
+    (["--tokenizer", "bpe", "--vocab-size", str(2**64)], "--vocab-size must"),
+    (["--tokenizer", "bpe", "--vocab-size", str(2**31)], "--vocab-size must"),  # aborted
+    (["--out", "FILE/out"], "is a file, so the folder"),
+])  # fmt: skip
+def test_an_option_value_out_of_range_is_one_line_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: list[str], expect: str
+) -> None:
+    good = tmp_path / "good.txt"
+    good.write_text(POEM * 50)
+    option = [o.replace("FILE", str(good)) for o in option]
+    assert prep.main([str(good), "--out", str(tmp_path / "out"), "--tokenizer", "char",
+                      "--val-fraction", "0.2", "--workers", "0", *option]) == 2  # fmt: skip
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expect in lines[0], lines
+    assert not (tmp_path / "out").exists()
+    assert good.read_text() == POEM * 50
+
+
+def test_an_unavailable_hugging_face_dataset_is_named_as_the_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The error names attnlab-prepare's own argument and fix, not data=text's keys."""
+    assert prep.main(["hf:no_such_dataset_anywhere", "--out", str(tmp_path / "out"),
+                      "--val-fraction", "0.2"]) == 2  # fmt: skip
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: input: ") and "pass local files" in line, line
+    assert "data." not in line

@@ -15,7 +15,8 @@ its position, so the same inputs always split alike), unless --val/--test name f
   --tokenizer KIND|PATH   bpe (byte-level BPE trained on a sample of the training
                           documents), char, or a tokenizer.json (e.g. GPT-2's; ids that
                           are not attnlab's are moved up by 6). Default: bpe
-  --vocab-size N          bpe vocabulary, special tokens included (default 8192)
+  --vocab-size N          bpe vocabulary, special tokens included: 263 to 4194304
+                          (default 8192)
   --tokenizer-sample-mb N text the tokenizer is trained on (default 64)
   --unit file|paragraph|line   a text file's documents (default paragraph)
   --text-field NAME       the field of JSON-lines/parquet/dataset records (default text)
@@ -24,7 +25,8 @@ its position, so the same inputs always split alike), unless --val/--test name f
   --val SRC [SRC ...]     validation documents from these inputs instead of a fraction
   --test SRC [SRC ...]    test documents from these inputs instead of a fraction
   --val-fraction F        default 0.005;  --test-fraction F  default 0 (test reuses val)
-  --shard-tokens N        tokens per shard (default 67108864: 128 MiB of uint16)
+  --shard-tokens N        tokens per shard, 1024 to 2147483648 (default 67108864:
+                          128 MiB of uint16)
   --dtype auto|uint16|uint32   auto: uint16 while the vocabulary fits
   --workers N             tokenizing processes, one thread each (default: up to 4;
                           0: this process, with the tokenizer's own threads)
@@ -43,6 +45,7 @@ import collections
 import hashlib
 import itertools
 import json
+import math
 import multiprocessing
 import os
 import shlex
@@ -72,6 +75,8 @@ from attnlab.errors import ConfigError, DataError, UserError
 
 STATE = ".prepare-state.json"
 DEFAULT_SHARD_TOKENS = 1 << 26
+MAX_SHARD_TOKENS = 1 << 31  # 4 GiB of uint16 in memory per split while a shard fills
+MAX_BPE_VOCAB = 1 << 22  # BPE training sets aside ~130 bytes a token: 0.5 GB at this size
 
 
 # -- arguments ------------------------------------------------------------------------------
@@ -104,8 +109,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         raise ConfigError("no INPUT given; pass text, JSON-lines or parquet files, or hf:<name>")
     if not args.out:
         raise ConfigError("--out is not set; name the folder the shards go to")
-    if args.shard_tokens < 1024:
-        raise ConfigError(f"--shard-tokens must be at least 1024, got {args.shard_tokens}")
+    if not 1024 <= args.shard_tokens <= MAX_SHARD_TOKENS:
+        raise ConfigError(f"--shard-tokens must lie between 1024 and {MAX_SHARD_TOKENS} (a "
+                          f"shard fills in memory), got {args.shard_tokens}")  # fmt: skip
     if not (0.0 <= args.val_fraction < 1.0 and 0.0 <= args.test_fraction < 1.0) or sum(
             held_out_fractions(args)) >= 1:  # fmt: skip
         raise ConfigError("--val-fraction and --test-fraction must lie in [0, 1) and sum below 1")
@@ -113,9 +119,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         raise ConfigError("no validation documents: set --val-fraction > 0 or pass --val FILES")
     if args.workers < 0:
         raise ConfigError(f"--workers must be 0 or more, got {args.workers}")
-    if args.tokenizer_sample_mb <= 0:
-        raise ConfigError(
-            f"--tokenizer-sample-mb must be positive, got {args.tokenizer_sample_mb}")
+    if not 1e-6 <= args.tokenizer_sample_mb < math.inf:  # also refuses nan
+        raise ConfigError("--tokenizer-sample-mb must be a number of megabytes from 0.000001 "
+                          f"(one byte), got {args.tokenizer_sample_mb}")  # fmt: skip
     return args
 
 
@@ -187,9 +193,9 @@ def make_tokenizer(args: argparse.Namespace, corpus: Corpus) -> Any:
     if args.tokenizer == "char":
         return CharTokenizer.train(corpus.sample(args.tokenizer_sample_mb))
     if args.tokenizer == "bpe":
-        if args.vocab_size <= 262:
-            raise ConfigError(
-                f"--vocab-size must exceed 262 (256 bytes + 6 specials), got {args.vocab_size}")
+        if not 262 < args.vocab_size <= MAX_BPE_VOCAB:  # the trainer allocates for all of it
+            raise ConfigError(f"--vocab-size must exceed 262 (256 bytes + 6 specials) and be at "
+                              f"most {MAX_BPE_VOCAB}, got {args.vocab_size}")  # fmt: skip
         return BPETokenizer.train(corpus.sample(args.tokenizer_sample_mb), args.vocab_size)
     path = Path(os.path.expanduser(args.tokenizer))
     if not path.is_file():
@@ -443,7 +449,12 @@ def prepare(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         print(f"{out} already holds these shards; nothing to do")
         return saved
     created = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as e:  # a file where a parent folder goes
+        blocker = next((p for p in out.parents if p.exists() and not p.is_dir()), out.parent)
+        raise DataError(f"--out: {blocker} is a file, so the folder {out} cannot be made; "
+                        "choose an --out whose parents are folders") from e  # fmt: skip
     try:
         return _prepare_into(out, args, argv, corpus, settings, saved)
     except UserError:  # bad input: the folder this run made goes (a fixed input is new input)

@@ -128,8 +128,8 @@ def check_index(index: dict[str, Any], path: Path, key: str = "data.path") -> No
 
     dtype = field(index, "dtype", "", "uint16 or uint32", lambda v: v in ("uint16", "uint32"))
     top = np.iinfo(dtype).max + 1
-    field(index, "vocab_size", "", f"a whole number from {NUM_SPECIAL + 1} to {top}",
-          lambda v: _whole(v) and NUM_SPECIAL < v <= top)  # fmt: skip
+    field(index, "vocab_size", "", f"a whole number from {NUM_SPECIAL} to {top}",
+          lambda v: _whole(v) and NUM_SPECIAL <= v <= top)  # fmt: skip
     tokenizer = field(index, "tokenizer", "", "an object", lambda v: isinstance(v, dict))
     field(tokenizer, "file", "tokenizer.", "a file name in the folder", _plain_name)
     field(tokenizer, "separator", "tokenizer.", f"{EOS} (<eos>)", lambda v: _whole(v) and v == EOS)
