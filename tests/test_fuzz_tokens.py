@@ -56,7 +56,8 @@ FILES = ["train_000000.bin", "train_000004.bin", "val_000000.bin", "train_000000
 NAMES = ["uint16", "uint32", "uint8", "int64", "float32", "<u2", ">u4", "", ".", "..",
          "train_000000.bin", "val_000000.bin", "train_000000.docs", "tokenizer.json",
          "index.json", "../text.txt", "/etc/hostname", "a/b", "a\nb", "\ud800", "0" * 64,
-         "F" * 64, "char", "bpe", "offset", "train", "val", "test", "extra"]  # fmt: skip
+         "F" * 64, "x" * 300, "char", "bpe", "offset", "train", "val", "test",
+         "extra"]  # fmt: skip
 VALUES = st.one_of(
     st.none(), st.booleans(), st.integers(-2, 70_000), st.integers(-(2**70), 2**70),
     st.sampled_from([0, 1, 2, 6, 7, 23, 24, 25, 65_535, 65_536, 65_537, 2**32, 2**32 + 1]),

@@ -56,6 +56,13 @@ def shrink_vocabulary(folder: Path) -> None:
     edit_index(folder, lambda i: i.update(vocab_size=8))
 
 
+def listed_twice(index: dict) -> None:
+    """The second training shard also in val, its training entry's SHA-256 wrong."""
+    entry = index["splits"]["train"]["shards"][1]
+    index["splits"]["val"]["shards"].append(dict(entry))
+    entry["sha256"] = "0" * 64
+
+
 def in_index(change: Callable[[dict], None]) -> Callable[[Path], None]:
     return lambda folder: edit_index(folder, change)
 
@@ -77,6 +84,12 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
     "a shard outside the folder": (
         in_index(lambda i: i["splits"]["val"]["shards"][0].update(file="/etc/hostname")),
         "splits.val.shards[0].file"),
+    "a shard name too long for a file system": (
+        in_index(lambda i: i["splits"]["val"]["shards"][0].update(file="x" * 300)),
+        "splits.val.shards[0].file"),
+    "a shard name across two lines": (
+        in_index(lambda i: i["splits"]["val"]["shards"][0].update(file="val\n000000.bin")),
+        "splits.val.shards[0].file"),
     "a count as text": (
         in_index(lambda i: i["splits"]["train"]["shards"][0].update(tokens="2048")),
         "splits.train.shards[0].tokens"),
@@ -84,6 +97,8 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
         in_index(lambda i: i["splits"]["train"]["shards"][0].update(sha256=None)),
         "splits.train.shards[0].sha256"),
     "no tokenizer file": (lambda f: (f / "tokenizer.json").unlink(), "lacks tokenizer.json"),
+    "a shard listed twice, once with a wrong SHA-256": (
+        in_index(listed_twice), "train_000001.bin does not match its SHA-256"),
 }  # fmt: skip
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from attnlab.data.shards import write_json_atomic
+from attnlab.data.shards import AGAIN, write_json_atomic
 from attnlab.errors import DataError
 
 RECORD = ".attnlab-verified.json"
@@ -73,54 +73,44 @@ def read_record(folder: Path) -> tuple[dict[str, Any], bool]:
     return (shards if isinstance(shards, dict) else {}), True
 
 
-def _remembered(seen: Any, state: list[int], sha256: str) -> int | None:
-    """The largest id a record entry remembers for a shard in ``state`` with ``sha256``."""
-    if (isinstance(seen, dict) and seen.get("state") == state and seen.get("sha256") == sha256
-            and isinstance(seen.get("max_id"), int)):  # fmt: skip
-        return seen["max_id"]
-    return None
-
-
 def verify_shards(folder: Path, index: dict[str, Any], splits: list[str],
                   key: str = "data.path") -> None:  # fmt: skip
     """Check every shard of ``splits`` (whose sizes were checked) against ``index``: its
     SHA-256, and its ids below ``vocab_size``; DataError naming the first bad shard."""
     record, writable = read_record(folder)
-    entries = {e["file"]: e for split in splits for e in index["splits"][split]["shards"]}
-    largest: dict[str, int] = {}  # each shard's largest id
-    todo: dict[str, list[int]] = {}  # the shards to read, with their files' state
-    for name, entry in entries.items():
+    entries = [entry for split in splits for entry in index["splits"][split]["shards"]]
+    indexed: dict[str, set[str]] = {}  # file name: the SHA-256 the index gives it (one, or a lie)
+    for entry in entries:
+        indexed.setdefault(entry["file"], set()).add(entry["sha256"])
+    found: dict[str, tuple[str, int]] = {}  # file name: (SHA-256, largest id)
+    todo: dict[str, list[int]] = {}  # the files to read, with their state
+    for name, shas in indexed.items():
         state = file_state(folder / name)
-        top = _remembered(record.get(name), state, entry["sha256"])
-        if top is None:
-            todo[name] = state
+        seen = record.get(name)
+        if (isinstance(seen, dict) and seen.get("state") == state and
+                {seen.get("sha256")} == shas and isinstance(seen.get("max_id"), int)):  # fmt: skip
+            found[name] = (seen["sha256"], seen["max_id"])
         else:
-            largest[name] = top
+            todo[name] = state
     size = sum(state[0] for state in todo.values())
     note(size, f"{key}: verifying {len(todo)} shards ({size / 1e9:.1f} GB) of {folder}: "
                "their SHA-256 and token ids")  # fmt: skip
     started = now_ns()
     with ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:  # hashlib, numpy: no GIL
-        found = dict(zip(todo, pool.map(lambda name: scan(folder / name, index["dtype"]), todo),
-                         strict=True))  # fmt: skip
-    fresh: dict[str, dict[str, Any]] = {}
-    for name, (sha256, top) in found.items():
-        if sha256 != entries[name]["sha256"]:
-            raise DataError(
-                f"{key}: shard {folder / name} does not match its SHA-256 in "
-                f"{folder / 'index.json'} (it changed after attnlab-prepare wrote it); "
-                "prepare the folder again"
-            )
-        largest[name] = top
-        state = todo[name]
-        if state == file_state(folder / name) and started - max(state[1:3]) > SETTLED_NS:
-            fresh[name] = {"state": state, "sha256": sha256, "max_id": top}
-    for name, top in largest.items():
+        read = pool.map(lambda name: scan(folder / name, index["dtype"]), todo)
+        found |= zip(todo, read, strict=True)
+    for entry in entries:  # a changed file first: what it holds is then beside the point
+        if found[entry["file"]][0] != entry["sha256"]:
+            raise DataError(f"{key}: shard {folder / entry['file']} does not match its SHA-256 "
+                            f"in index.json (it changed after attnlab-prepare wrote it); {AGAIN}")
+    for name, (_, top) in found.items():
         if top >= index["vocab_size"]:
-            raise DataError(
-                f"{key}: shard {folder / name} holds token id {top}, but index.json's "
-                f"vocab_size is {index['vocab_size']}; prepare the folder again"
-            )
+            raise DataError(f"{key}: shard {folder / name} holds token id {top}, but "
+                            f"index.json's vocab_size is {index['vocab_size']}; {AGAIN}")
+    # remembered: a shard unchanged while it was read, and changed long enough ago
+    fresh = {name: {"state": state, "sha256": found[name][0], "max_id": found[name][1]}
+             for name, state in todo.items()
+             if state == file_state(folder / name) and started - max(state[1:3]) > SETTLED_NS}
     if fresh:
         remember(folder, index, record, fresh, writable, size)
 

@@ -17,7 +17,9 @@ document starts), the tokenizer (``tokenizer.json``) and ``index.json``::
 Every shard but a split's last holds exactly ``shard_tokens`` tokens; a document
 runs on across a shard boundary. Files are written to a temporary name and
 renamed, so a shard is whole or absent, and ``index.json`` is written last.
-Opening a folder reads ``index.json`` and maps each shard: O(shards), not O(tokens).
+Opening a folder reads ``index.json`` (every field that reading uses checked, by
+:func:`check_index`) and maps each shard: O(shards), not O(tokens). The shards' content
+is verified once, apart (:mod:`attnlab.data.shard_verification`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ FORMAT = "attnlab-tokens"
 VERSION = 1
 INDEX = "index.json"
 SPLITS = ("train", "val", "test")
+AGAIN = "prepare it again with attnlab-prepare into a new --out"  # the fix for a damaged folder
 
 
 def dtype_for(vocab_size: int) -> str:
@@ -95,9 +98,9 @@ def read_index(folder: str | os.PathLike, key: str = "data.path") -> dict[str, A
     except OSError as e:
         raise DataError(f"{key}: cannot read {path} ({e.strerror or e}); make it readable") from e
     except (UnicodeDecodeError, ValueError) as e:  # ValueError: bad JSON, or too deep a nesting
-        raise DataError(f"{key}: {path} is not valid JSON ({e}); prepare the folder again") from e
+        raise DataError(f"{key}: {path} is not valid JSON ({e}); {AGAIN}") from e
     if not isinstance(index, dict) or index.get("format") != FORMAT:
-        raise DataError(f"{key}: {path} is not an attnlab token index; prepare the folder again")
+        raise DataError(f"{key}: {path} is not an attnlab token index; {AGAIN}")
     if index.get("version") != VERSION:
         raise DataError(
             f"{key}: {path} has format version {index.get('version')}, this attnlab reads "
@@ -114,14 +117,12 @@ def check_index(index: dict[str, Any], path: Path, key: str = "data.path") -> No
 
     def refuse(field: str, value: Any, want: str) -> DataError:
         shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-        return DataError(f"{key}: {path} has {field} = {shown}, not {want}; prepare the "
-                         "folder again with attnlab-prepare")  # fmt: skip
+        return DataError(f"{key}: {path} has {field} = {shown}, not {want}; {AGAIN}")
 
     def field(obj: dict[str, Any], name: str, where: str, want: str, ok: Any) -> Any:
         value = obj.get(name, _ABSENT)
         if value is _ABSENT:
-            raise DataError(f"{key}: {path} lacks {where}{name}; prepare the folder again "
-                            "with attnlab-prepare")  # fmt: skip
+            raise DataError(f"{key}: {path} lacks {where}{name}; {AGAIN}")
         if not ok(value):
             raise refuse(where + name, value, want)
         return value
@@ -162,9 +163,11 @@ def _whole(value: Any) -> bool:
 
 
 def _plain_name(value: Any) -> bool:
-    """A file directly in the folder: no directory part, not ``.`` or ``..``."""
-    return (isinstance(value, str) and value not in ("", ".", "..") and "\x00" not in value
-            and Path(value).name == value and "/" not in value and "\\" not in value)  # fmt: skip
+    """A file directly in the folder: no directory part, not ``.`` or ``..``, printable (an
+    error naming it stays one line), a name the file system can hold."""
+    return (isinstance(value, str) and value not in ("", ".", "..") and value.isprintable()
+            and Path(value).name == value and "/" not in value and "\\" not in value
+            and len(value.encode("utf-8", "replace")) <= 255)  # fmt: skip
 
 
 def _sha256(value: Any) -> bool:
@@ -191,8 +194,8 @@ class ShardedTokens:
             if size != expected:
                 what = "missing" if size is None else f"{size} bytes, the index says {expected}"
                 raise DataError(
-                    f"{key}: shard {path} is {what}; prepare the folder again "
-                    "(attnlab-prepare writes whole shards only)"
+                    f"{key}: shard {path} is {what} (attnlab-prepare writes whole shards "
+                    f"only); {AGAIN}"
                 )
             try:
                 tokens = np.memmap(path, dtype=dtype, mode="r") if expected else np.zeros(0, dtype)

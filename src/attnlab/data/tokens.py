@@ -46,7 +46,7 @@ from torch.utils.data import DataLoader, IterableDataset, default_collate, get_w
 from attnlab.data.base import AttnlabDataModule
 from attnlab.data.sampling import epoch_seed
 from attnlab.data.shard_verification import verify_shards
-from attnlab.data.shards import ShardedTokens, read_index
+from attnlab.data.shards import AGAIN, ShardedTokens, read_index
 from attnlab.data.text import TokenBlocks, eval_starts
 from attnlab.data.tokenizers import load_tokenizer
 from attnlab.errors import ConfigError, DataError
@@ -247,12 +247,12 @@ class TokensDataModule(AttnlabDataModule):
         path = self.path / index["tokenizer"]["file"]
         if not path.is_file():
             raise DataError(f"data.path: {self.path} lacks {path.name}, the tokenizer its "
-                            "index.json names; prepare the folder again")  # fmt: skip
+                            f"index.json names; {AGAIN}")  # fmt: skip
         tokenizer = load_tokenizer(path, foreign=True)
         if tokenizer.vocab_size != index["vocab_size"]:
             raise DataError(
                 f"data.path: {path} holds a vocabulary of {tokenizer.vocab_size}, but "
-                f"index.json's vocab_size is {index['vocab_size']}; prepare the folder again"
+                f"index.json's vocab_size is {index['vocab_size']}; {AGAIN}"
             )
         return tokenizer
 
