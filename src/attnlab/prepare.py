@@ -32,6 +32,11 @@ its position, so the same inputs always split alike), unless --val/--test name f
                           0: this process, with the tokenizer's own threads)
   --seed N                the held-out draw (default 0)
 
+An option that does not apply is refused: --vocab-size without --tokenizer bpe,
+--tokenizer-sample-mb with a tokenizer file, --val-fraction with --val (--test-fraction
+with --test), --unit when no input is a text file, --text-field when none holds records,
+--hf-split and --streaming when none is a Hugging Face dataset.
+
 Each document is followed by <eos> (id 2). The folder holds <split>_NNNNNN.bin shards
 (raw token ids), a .docs file per shard (where documents start), tokenizer.json and
 index.json (counts, checksums, settings, this command). Train on it with
@@ -77,6 +82,9 @@ STATE = ".prepare-state.json"
 DEFAULT_SHARD_TOKENS = 1 << 26
 MAX_SHARD_TOKENS = 1 << 31  # 4 GiB of uint16 in memory per split while a shard fills
 MAX_BPE_VOCAB = 1 << 22  # BPE training sets aside ~130 bytes a token: 0.5 GB at this size
+DEFAULTS = {"vocab_size": 8192, "tokenizer_sample_mb": 64.0, "unit": "paragraph",
+            "text_field": "text", "hf_split": "train", "streaming": False,
+            "val_fraction": 0.005, "test_fraction": 0.0}  # fmt: skip
 
 
 # -- arguments ------------------------------------------------------------------------------
@@ -90,21 +98,25 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("inputs", nargs="*")
     p.add_argument("--out")
     p.add_argument("--tokenizer", default="bpe")
-    p.add_argument("--vocab-size", type=int, default=8192)
-    p.add_argument("--tokenizer-sample-mb", type=float, default=64.0)
-    p.add_argument("--unit", choices=UNITS, default="paragraph")
-    p.add_argument("--text-field", default="text")
-    p.add_argument("--hf-split", default="train")
+    p.add_argument("--vocab-size", type=int)  # these default to DEFAULTS, once checked
+    p.add_argument("--tokenizer-sample-mb", type=float)
+    p.add_argument("--unit", choices=UNITS)
+    p.add_argument("--text-field")
+    p.add_argument("--hf-split")
     p.add_argument("--streaming", action="store_true")
     p.add_argument("--val", nargs="+", default=None)
     p.add_argument("--test", nargs="+", default=None)
-    p.add_argument("--val-fraction", type=float, default=0.005)
-    p.add_argument("--test-fraction", type=float, default=0.0)
+    p.add_argument("--val-fraction", type=float)
+    p.add_argument("--test-fraction", type=float)
     p.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS)
     p.add_argument("--dtype", choices=("auto", "uint16", "uint32"), default="auto")
     p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1))
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    args.given = {name for name in DEFAULTS if getattr(args, name) not in (None, False)}
+    for name, value in DEFAULTS.items():
+        setattr(args, name, value if getattr(args, name) is None else getattr(args, name))
+    refuse_what_does_not_apply(args)
     if not args.inputs:
         raise ConfigError("no INPUT given; pass text, JSON-lines or parquet files, or hf:<name>")
     if not args.out:
@@ -123,6 +135,34 @@ def parse(argv: list[str]) -> argparse.Namespace:
         raise ConfigError("--tokenizer-sample-mb must be a number of megabytes from 0.000001 "
                           f"(one byte), got {args.tokenizer_sample_mb}")  # fmt: skip
     return args
+
+
+def refuse_what_does_not_apply(args: argparse.Namespace) -> None:
+    """An option given that the tokenizer or the other options leave unused: ConfigError."""
+    trained = args.tokenizer in ("bpe", "char")
+    for name, unused, why in (
+        ("vocab_size", args.tokenizer != "bpe", "sizes a tokenizer trained with --tokenizer bpe"),
+        ("tokenizer_sample_mb", not trained, "is the text --tokenizer bpe or char is trained on"),
+        ("val_fraction", args.val is not None, "draws validation documents; --val names them"),
+        ("test_fraction", args.test is not None, "draws test documents; --test names them"),
+    ):  # fmt: skip
+        if name in args.given and unused:
+            option = "--" + name.replace("_", "-")
+            raise ConfigError(f"{option} {why}, so it does not apply here; drop {option}")
+
+
+def refuse_inputs_unused_by(args: argparse.Namespace, kinds: set[str]) -> None:
+    """An option given for a kind of input (Source.kind) that no input is: ConfigError."""
+    for name, wanted, what in (
+        ("unit", {"text"}, "text files"),
+        ("text_field", {"jsonl", "parquet", "saved", "hub"}, "JSON-lines, parquet or Hugging "
+                                                             "Face records"),
+        ("hf_split", {"saved", "hub"}, "Hugging Face datasets (hf:<name>, save_to_disk folders)"),
+        ("streaming", {"hub"}, "hf:<name> inputs"),
+    ):  # fmt: skip
+        if name in getattr(args, "given", ()) and not kinds & wanted:
+            option = "--" + name.replace("_", "-")
+            raise ConfigError(f"{option} applies to {what}, and no input is one; drop {option}")
 
 
 # -- which split a document belongs to ------------------------------------------------------
@@ -151,6 +191,7 @@ class Corpus:
             given = getattr(args, split)
             if given is not None:
                 self.sources[split] = expand_sources(given, f"--{split}")
+        refuse_inputs_unused_by(args, {s.kind for ss in self.sources.values() for s in ss})
 
     def _documents(self, sources: list[Source], key: str) -> Iterator[tuple[str, bool]]:
         a = self.args
