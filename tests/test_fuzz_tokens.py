@@ -68,6 +68,17 @@ VALUES = st.one_of(
 )  # fmt: skip
 
 
+# index.json replaced by JSON that a byte flip does not make: (what it is: its text)
+ODD_JSON = {
+    "nested too deep": "[" * 100_000 + "]" * 100_000,
+    "an integer of 5000 digits": '{"format": "attnlab-tokens", "version": 1' + "0" * 5000 + "}",
+    "NaN and Infinity": '{"format": "attnlab-tokens", "version": 1, "dtype": "uint16", '
+                        '"vocab_size": NaN, "tokenizer": Infinity}',
+    "a byte order mark": '\ufeff{"format": "attnlab-tokens", "version": 1}',
+    "a list": '["attnlab-tokens", 1]', "null": "null", "empty": "",
+}
+
+
 @st.composite
 def edits(draw: st.DrawFn, folder: Path) -> list[tuple]:
     """One to three edits of ``folder``: of index.json's fields, of a file's bytes, or of a
@@ -80,6 +91,7 @@ def edits(draw: st.DrawFn, folder: Path) -> list[tuple]:
         st.tuples(st.just("add"), st.sampled_from([("splits",), ("tokenizer",), ()]),
                   st.sampled_from(["extra", "test", "val", "file", "dtype"]), VALUES),
         st.tuples(st.just("bytes"), st.sampled_from(FILES), damage(4096)),
+        st.tuples(st.just("index"), st.sampled_from(sorted(ODD_JSON))),
         st.tuples(st.just("ids"), st.sampled_from(["train_000001.bin", "val_000000.bin"]),
                   st.integers(0, 70_000), st.integers(1, 500)),
     )  # fmt: skip
@@ -111,6 +123,9 @@ def apply(folder: Path, edit: tuple) -> None:
     if kind == "bytes":
         target = folder / edit[1]
         target.write_bytes(damaged(target.read_bytes(), edit[2]))
+        return
+    if kind == "index":
+        path.write_text(ODD_JSON[edit[1]], encoding="utf-8")
         return
     try:
         index = json.loads(path.read_text())
@@ -176,7 +191,9 @@ def judge(prepared: Path, tmp: Path, changes: list[tuple]) -> str:
 
 
 # shrunk examples the fuzzer found, kept as regression cases
-FOUND: list[list[tuple]] = []
+FOUND: list[list[tuple]] = [
+    [("index", "nested too deep")],  # RecursionError from json.loads: a traceback
+]
 
 
 def test_the_intact_folder_trains(prepared: Path, tmp_path: Path) -> None:

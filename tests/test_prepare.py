@@ -236,13 +236,17 @@ def test_a_hugging_face_dataset_streams_from_local_files(tmp_path: Path) -> None
     (["--tokenizer", "bpe", "--vocab-size", str(2**64)], "--vocab-size must"),
     (["--tokenizer", "bpe", "--vocab-size", str(2**31)], "--vocab-size must"),  # aborted
     (["--out", "FILE/out"], "is a file, so the folder"),
+    (["--out", "DEEP"], "already holds prepared shards made from other inputs"),
 ])  # fmt: skip
-def test_an_option_value_out_of_range_is_one_line_with_exit_2(
+def test_an_option_value_out_of_range_or_a_bad_out_is_one_line_with_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], option: list[str], expect: str
 ) -> None:
     good = tmp_path / "good.txt"
     good.write_text(POEM * 50)
-    option = [o.replace("FILE", str(good)) for o in option]
+    (tmp_path / "deep").mkdir()
+    (tmp_path / "deep" / "index.json").write_text("[" * 100_000)  # nested beyond recursion
+    option = [o.replace("FILE", str(good)).replace("DEEP", str(tmp_path / "deep"))
+              for o in option]  # fmt: skip
     assert prep.main([str(good), "--out", str(tmp_path / "out"), "--tokenizer", "char",
                       "--val-fraction", "0.2", "--workers", "0", *option]) == 2  # fmt: skip
     lines = capsys.readouterr().err.strip().splitlines()

@@ -96,6 +96,8 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
     "a SHA-256 that is not one": (
         in_index(lambda i: i["splits"]["train"]["shards"][0].update(sha256=None)),
         "splits.train.shards[0].sha256"),
+    "index.json nested too deep": (
+        lambda f: (f / "index.json").write_text("[" * 100_000), "index.json is not valid JSON"),
     "no tokenizer file": (lambda f: (f / "tokenizer.json").unlink(), "lacks tokenizer.json"),
     "a shard listed twice, once with a wrong SHA-256": (
         in_index(listed_twice), "train_000001.bin does not match its SHA-256"),

@@ -459,7 +459,7 @@ def check_folder(out: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
         if path.is_file():
             try:
                 found = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
+            except (OSError, ValueError, RecursionError):  # RecursionError: nested too deep
                 found = {}
             if not isinstance(found, dict) or found.get("settings") != settings:
                 raise DataError(

@@ -65,7 +65,7 @@ def read_record(folder: Path) -> tuple[dict[str, Any], bool]:
         return {}, True
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return {}, False
     if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
         return {}, False

@@ -97,7 +97,7 @@ def read_index(folder: str | os.PathLike, key: str = "data.path") -> dict[str, A
         index = json.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
         raise DataError(f"{key}: cannot read {path} ({e.strerror or e}); make it readable") from e
-    except (UnicodeDecodeError, ValueError) as e:  # ValueError: bad JSON, or too deep a nesting
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # Recursion: nested too deep
         raise DataError(f"{key}: {path} is not valid JSON ({e}); {AGAIN}") from e
     if not isinstance(index, dict) or index.get("format") != FORMAT:
         raise DataError(f"{key}: {path} is not an attnlab token index; {AGAIN}")
