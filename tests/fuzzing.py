@@ -1,5 +1,6 @@
-"""Shared pieces of the fuzz tests: Hypothesis settings, and running a decision with its
-output captured and its time bounded.
+"""Shared pieces of the fuzz tests: Hypothesis settings, damage to a file's bytes, running
+a decision with its output captured and its time bounded, and ``attnlab-train``'s exit
+code and output in this process (with the one ``error:`` line a refusal prints).
 
 The default suite runs each fuzz target on a few dozen examples drawn from a fixed seed
 (``derandomize``), so CI sees the same cases every time; ``-m slow`` runs thousands,
@@ -43,6 +44,7 @@ def damage(draw: st.DrawFn, size: int) -> list[tuple[str, int, int]]:
 
 
 def damaged(data: bytes, edits: list[tuple[str, int, int]]) -> bytes:
+    """``data`` with ``edits`` (drawn by :func:`damage`) applied."""
     out = bytearray(data)
     for kind, position, value in edits:
         if kind == "flip" and out:

@@ -129,8 +129,8 @@ def apply(folder: Path, edit: tuple) -> None:
         return
     try:
         index = json.loads(path.read_text())
-    except ValueError:
-        return  # index.json's bytes were damaged by an earlier edit
+    except (ValueError, RecursionError):
+        return  # an earlier edit left index.json no JSON object to edit
     if kind == "ids":
         ids_edit(folder, index, *edit[1:])
     elif kind == "add":
