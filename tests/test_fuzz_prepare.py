@@ -22,6 +22,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from attnlab import prepare as prep
+from attnlab.data.shard_verification import verify_shards
 from attnlab.data.shards import open_split, read_index
 from fuzzing import DEFAULT, MANY, captured, damage, damaged, one_error_line, time_limit
 
@@ -162,9 +163,10 @@ def judge(case: dict, tmp: Path) -> str:
     if outcome == 0:
         assert "Traceback" not in printed, printed[-3000:]
         out = Path(argv[argv.index("--out") + 1])
-        index = read_index(out)
+        index = read_index(out)  # checked
         for split in index["splits"]:
-            open_split(out, split)  # the index checked, the shards verified
+            open_split(out, split)  # the shards' sizes checked
+        verify_shards(out, index, list(index["splits"]))  # their SHA-256 and ids
         return "prepared"
     assert outcome == 2, (argv, printed[-3000:])
     line = one_error_line(printed).replace(str(work), "W")

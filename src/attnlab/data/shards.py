@@ -248,12 +248,8 @@ class ShardedTokens:
 
 
 def open_split(folder: str | os.PathLike, split: str, key: str = "data.path") -> ShardedTokens:
-    """A split of a prepared folder as a :class:`ShardedTokens`: ``index.json`` checked, and
-    the split's shards verified (see :mod:`attnlab.data.shard_verification`)."""
-    from attnlab.data.shard_verification import verify_shards
-
+    """A split of a prepared folder as a :class:`ShardedTokens` (``index.json`` and the
+    shards' sizes checked; their content is verified by ``data=tokens``, see
+    :mod:`attnlab.data.shard_verification`)."""
     folder = Path(os.path.expanduser(str(folder)))
-    index = read_index(folder, key)
-    tokens = ShardedTokens(folder, index, split, key)
-    verify_shards(folder, index, [split] if split in index["splits"] else [], key)
-    return tokens
+    return ShardedTokens(folder, read_index(folder, key), split, key)
