@@ -27,10 +27,9 @@ from omegaconf import OmegaConf
 
 from attnlab import train as attnlab_train
 from attnlab.cli.compose import compose_config, validate_overrides
-from attnlab.cli.rundir import release_all
 from attnlab.components import FAMILIES
 from composed_runs import compose_run
-from fuzzing import DEFAULT, MANY, captured, time_limit
+from fuzzing import DEFAULT, MANY, captured, one_error_line, time_limit, train_exit
 
 # small data and model, so that an accepted configuration builds (and trains) in seconds
 SMALL = ["data.train_size=32", "data.val_size=8", "data.test_size=8", "data.batch_size=8",
@@ -114,13 +113,6 @@ def overrides(draw: st.DrawFn) -> list[str]:
             *[f"{key}={draw(values_for(key))}" for key in chosen]]  # fmt: skip
 
 
-def one_error_line(printed: str) -> str:
-    assert "Traceback" not in printed, printed[-3000:]
-    errors = [line for line in printed.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, printed[-3000:]
-    return errors[0]
-
-
 def in_the_job(args: list[str], run_dir: Path) -> None:
     """What the job builds before ``fit``, from the config composed as Hydra composes it."""
     from attnlab.cli import pipeline
@@ -186,20 +178,6 @@ def test_every_key_of_every_section_is_fuzzed() -> None:
     for section in ("model.", "optim.", "task.", "decode.", "trainer.", "data."):
         assert any(k.startswith(section) for k in keys), section
     assert {"seed", "model.norm", "optim.lr", "trainer.max_steps", "data.n_pairs"} <= keys
-
-
-def train_exit(args: list[str]) -> tuple[int, str]:
-    def run() -> int:
-        try:
-            return attnlab_train.main(args)
-        finally:
-            release_all()
-
-    outcome, printed = captured(run)
-    if isinstance(outcome, SystemExit):
-        return int(outcome.code or 0), printed
-    assert not isinstance(outcome, BaseException), "".join(traceback.format_exception(outcome))
-    return int(outcome), printed
 
 
 @pytest.mark.parametrize("args", [

@@ -224,7 +224,8 @@ def dataset_documents(source: Source, field: str, split: str, streaming: bool, k
                 f"({type(e).__name__}: {reason}); download it while online or pass local files"
             ) from e
     else:
-        ds = hf_split(load_hf_dataset(source.spec), split, "--hf-split")
+        ds = hf_split(load_hf_dataset(source.spec, key=key, instead="pass local files"), split,
+                      "--hf-split")  # fmt: skip
         if field not in ds.column_names:
             raise DataError(
                 f"{key}: no column {field!r} in {source.spec} (columns: {ds.column_names}); "

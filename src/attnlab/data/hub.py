@@ -14,8 +14,12 @@ def is_saved_dataset(folder: Path) -> bool:
     return (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file()
 
 
-def load_hf_dataset(name: str, config: str | None = None) -> Any:
-    """``datasets.load_dataset(name, config)`` as a DatasetDict; DataError when it can't be loaded.
+def load_hf_dataset(
+    name: str, config: str | None = None, key: str = "data.hf.name",
+    instead: str = "use a local file via data.path / data.files",
+) -> Any:  # fmt: skip
+    """``datasets.load_dataset(name, config)`` as a DatasetDict; DataError naming ``key`` (and
+    what to do ``instead``) when it can't be loaded.
 
     Without network access this works only for datasets already in the local
     Hugging Face cache (or a local folder of csv/json/parquet files). A folder
@@ -32,13 +36,12 @@ def load_hf_dataset(name: str, config: str | None = None) -> Any:
         reason = (str(e).splitlines() or [""])[0][:200]
         if saved:
             raise DataError(
-                f"data.hf.name: cannot load the saved dataset {local} ({type(e).__name__}: "
+                f"{key}: cannot load the saved dataset {local} ({type(e).__name__}: "
                 f"{reason}); write it again with save_to_disk"
             ) from e
         raise DataError(
-            f"data.hf.name: Hugging Face dataset {name!r} (config {config!r}) is not available "
-            f"offline ({type(e).__name__}: {reason}); download it while online, or use a local "
-            "file via data.path / data.files"
+            f"{key}: Hugging Face dataset {name!r} (config {config!r}) is not available "
+            f"offline ({type(e).__name__}: {reason}); download it while online, or {instead}"
         ) from e
     if not hasattr(ds, "keys"):  # a single Dataset
         ds = datasets.DatasetDict({"train": ds})
