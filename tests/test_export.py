@@ -233,6 +233,14 @@ def config_with(**values: object) -> ModelConfig:
         ({"name": "encoder_only", "embed_norm": True}, "model.norm=pre"),
         ({"name": "encoder_only", "norm": "post", "embed_norm": True, "pos": "rope"},
          "model.pos=rope"),  # fmt: skip
+        # no norm over the embeddings in GPT-2 or Llama (logits off by up to 1.4 otherwise)
+        ({"embed_norm": True}, "model.embed_norm=true"),
+        ({"pos": "rope", "norm_type": "rmsnorm", "ffn": "swiglu", "embed_norm": True},
+         "model.embed_norm=true"),  # fmt: skip
+        # attnlab's attention hides the keys of pad_id; the exported pad token is <pad>, 0
+        ({"pad_id": 7}, "model.pad_id=7"),
+        ({"name": "encoder_only", "norm": "post", "embed_norm": True, "pad_id": 7},
+         "model.pad_id=7"),  # fmt: skip
     ],
 )
 def test_options_without_an_equivalent_are_refused_by_name(values: dict, named: str) -> None:
