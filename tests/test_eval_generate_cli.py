@@ -210,7 +210,7 @@ def test_generate_with_an_encoder_only_model_is_one_error_line(
     assert "encoder-only" in one_error_line(capsys)
 
 
-@pytest.mark.parametrize("module", ["attnlab.eval", "attnlab.generate"])
+@pytest.mark.parametrize("module", ["attnlab.eval", "attnlab.generate", "attnlab.export"])
 def test_python_dash_m_reports_an_error_without_a_traceback(module: str, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(attnlab_eval.__file__).parents[1])}
     proc = subprocess.run(
