@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -132,17 +133,12 @@ def check_memory(model: dict[str, Any] | ModelConfig, accelerator: str, task: st
                  sharded_over: int = 1) -> None:  # fmt: skip
     """Refuse, with the numbers, a model whose training state cannot fit before allocating it.
 
-    The parameters are counted exactly by building the model on the ``meta`` device
-    (shapes, no storage); activations come on top of this lower bound. A sharded strategy
-    keeps ``1 / sharded_over`` of the state on each device.
+    The parameters are counted exactly (:func:`parameter_count`); activations come on top
+    of this lower bound. A sharded strategy keeps ``1 / sharded_over`` of the state on each
+    device.
     """
-    import torch
-
-    from attnlab.models import build_model
-
     cfg = model if isinstance(model, ModelConfig) else ModelConfig.from_dict(model)
-    with torch.device("meta"):  # shapes only: no weights allocated, no random numbers drawn
-        params = build_model(cfg, task).num_params()
+    params = parameter_count(cfg, task)
     need = params * TRAINING_BYTES_PER_PARAM / max(sharded_over, 1)
     have = available_memory(accelerator)
     if have is not None and need > have[0]:
@@ -157,6 +153,30 @@ def check_memory(model: dict[str, Any] | ModelConfig, accelerator: str, task: st
         )
 
 
+def parameter_count(cfg: ModelConfig, task: str | None) -> int:
+    """The model's parameters, counted by building it on the ``meta`` device (shapes, no
+    storage, no random numbers drawn) at one layer and at two per depth key; the count is
+    affine in each, so a model of any depth is counted in the time of a shallow one. μP
+    changes no shape, so the count is SP's."""
+    import warnings
+
+    import torch
+
+    from attnlab.models import build_model
+
+    depths = {"n_layers": cfg.n_layers, "n_encoder_layers": cfg.encoder_layers,
+              "n_decoder_layers": cfg.decoder_layers}  # fmt: skip
+
+    def count(**deeper: int) -> int:
+        shallow = replace(cfg, param="sp", **{**dict.fromkeys(depths, 1), **deeper})
+        with torch.device("meta"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's "dropout needs num_layers > 1"
+            return int(build_model(shallow, task).num_params())
+
+    base = count()
+    return base + sum((count(**{k: 2}) - base) * (n - 1) for k, n in depths.items())
+
+
 class _OverBudget(Exception):
     """The parameters registered so far already pass the memory budget."""
 
@@ -169,12 +189,16 @@ def build_model_within_memory(model_cfg: ModelConfig, task: str, accelerator: st
     import torch
     from torch.nn.modules.module import register_module_parameter_registration_hook
 
-    from attnlab.models import build_model
+    from attnlab.models import ARCHITECTURES, build_model
 
     have = available_memory(accelerator)
     if have is None:
         return build_model(model_cfg, task)
     budget = have[0] * max(sharded_over, 1) / TRAINING_BYTES_PER_PARAM  # parameters
+    # a model that looks too large (one token through each stack takes about 2 FLOPs per
+    # parameter): counted first, since a deep one would take minutes to build up to the budget
+    if ARCHITECTURES.get(model_cfg.name).flops(model_cfg, 1, 1) / 4 > budget:
+        check_memory(model_cfg, accelerator, task, sharded_over)
     seen: set[int] = set()
     total = 0
 
