@@ -49,6 +49,8 @@ CASES = {
                           "model.max_len=10 is shorter than the check's rows of 64"),
     "too_deep_for_memory": ([*QUICK, "model.n_layers=100000000000"], "G parameters"),
     "unreadable_value": ([*QUICK, "model.norm=[1"], "model.norm=[1 cannot be read"),
+    "a_key_twice": ([*QUICK, "model.norm=post", "model.norm=pre"], "model.norm is given twice"),
+    "not_a_model_key": (["norm=post", *QUICK], "norm=post: expected model.KEY=VALUE"),
 }  # fmt: skip
 
 
@@ -93,7 +95,7 @@ def test_a_full_disk_when_the_results_are_written_is_one_error_line(
 
 def test_overrides_may_follow_the_widths(capsys: pytest.CaptureFixture[str],
                                          tmp_path: Path) -> None:  # fmt: skip
-    argv = [*QUICK[2:], "--param", "mup", "--widths", "32", "64", "model.norm=post",
+    argv = [*QUICK[3:], "--param", "mup", "--widths", "32", "64", "model.norm=post",
             "--out", str(tmp_path)]  # fmt: skip
     assert coord_check.main(argv) == 0
     assert "| mup |" in capsys.readouterr().out

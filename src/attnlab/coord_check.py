@@ -264,9 +264,9 @@ def parse(argv: list[str]) -> CoordCheck:
     parser.add_argument("--out", type=Path, default=Path("coord_check"))
     parser.add_argument("overrides", nargs="*", help="model.KEY=VALUE")
     # model.KEY=VALUE may follow --widths W… (which would take it for a width)
-    overrides = [a for a in argv if "=" in a and not a.startswith("-")]
+    overrides = [a for a in argv if a.startswith("model.")]
     args = parser.parse_args([a for a in argv if a not in overrides])
-    args.overrides = overrides
+    args.overrides += overrides
     if len(set(args.widths)) < 2 or args.steps < 1 or args.seeds < 1:
         raise ConfigError("attnlab-coordcheck needs two distinct widths or more, --steps >= 1 "
                           "and --seeds >= 1; pass e.g. --widths 64 128 256")  # fmt: skip
@@ -283,6 +283,8 @@ def parse(argv: list[str]) -> CoordCheck:
         key, sep, _ = item.partition("=")
         if not sep or not key.startswith("model.") or key == "model.":
             raise ConfigError(f"{item}: expected model.KEY=VALUE; e.g. model.norm=post")
+        if key.removeprefix("model.") in model:
+            raise ConfigError(f"{key} is given twice; give it once")
         model[key.removeprefix("model.")] = parse_one(item)
     check = CoordCheck(widths=tuple(sorted(args.widths)), steps=args.steps, lr=args.lr,
                        params=tuple(args.param), seeds=args.seeds, model=model,
@@ -333,7 +335,7 @@ def run(argv: list[str]) -> int:
         print(__doc__)
         return 0
     check = parse(argv)
-    model_configs(check, tokens(check)[1])  # every model is refused or built before measuring
+    model_configs(check, tokens(check)[1])  # every model is checked before measuring
     fix = "choose a writable --out folder"
     with user_errors(check.out, fix=fix):
         claim_output(check.out)
