@@ -13,7 +13,6 @@ valid value of that key. A sample of accepted configurations really trains
 from __future__ import annotations
 
 import contextlib
-import math
 import shutil
 import tempfile
 import traceback
@@ -26,11 +25,10 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from attnlab import train as attnlab_train
-from attnlab.catalog import CATALOG
 from attnlab.cli.compose import compose_config, validate_overrides
 from attnlab.cli.rundir import release_all
 from composed_runs import compose_run
-from fuzzing import DEFAULT, MANY, captured, time_limit
+from fuzzing import DEFAULT, MANY, captured, time_limit, values_for
 
 # small data and model, so that an accepted configuration builds (and trains) in seconds
 SMALL = ["data.train_size=32", "data.val_size=8", "data.test_size=8", "data.batch_size=8",
@@ -56,48 +54,6 @@ def config_keys(data: str) -> list[str]:
 
 
 KEYS = {data: config_keys(data) for data in DATA}
-REGISTRY_VALUES = {key: sorted(entry.names) for key, entry in CATALOG.items()}
-REGISTRY_VALUES["model.name"] = REGISTRY_VALUES.pop("model")
-OTHER_VALUES = {
-    "optim.schedule": ["cosine", "inverse_sqrt", "constant"],
-    "decode.strategy": ["greedy", "sample", "beam"], "decode.cache": ["static", "dynamic", "auto"],
-    "model.block": ["sequential", "parallel"], "model.init": ["paper", "xavier", "gpt2"],
-    "model.tie_embeddings": ["true", "output", "false"], "model.attn_impl": ["sdpa", "math"],
-    "model.cell": ["lstm", "gru", "rnn"], "trainer.precision": ["32-true", "bf16-mixed", "64"],
-    "model.rnn_attention": ["bahdanau", "luong_dot", "luong_general", "none"],
-}  # fmt: skip
-
-
-def literal(value: Any) -> str:
-    """``value`` as a Hydra override value."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return repr(value)
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, list):
-        return "[" + ",".join(literal(v) for v in value) + "]"
-    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
-    return f"'{text}'"
-
-
-def values_for(key: str) -> st.SearchStrategy[str]:
-    names = REGISTRY_VALUES.get(key) or OTHER_VALUES.get(key) or []
-    wrong = st.one_of(
-        st.integers(-(10**12), 10**12), st.integers(-3, 300), st.floats(allow_nan=True),
-        st.booleans(), st.none(), st.text(max_size=8), st.sampled_from(["", "é", "ЖЖ", " "]),
-        st.lists(st.integers(-2, 40), max_size=3),
-    ).map(literal)
-    return st.one_of(st.sampled_from(names), wrong) if names else wrong
-
-
 @st.composite
 def overrides(draw: st.DrawFn) -> list[str]:
     """data=<one of DATA>, then one or two of its keys set to drawn values."""

@@ -7,11 +7,11 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import re
-import tomllib
 from importlib import metadata
 from pathlib import Path
 
 import pytest
+import tomllib
 import torch
 from packaging.version import Version
 

@@ -42,6 +42,10 @@ def output_folder(out: str | None, run_dir: Path, fmt: str) -> Path:
             f"out={folder} already exists and is not empty; pass another out=<new folder> "
             "(nothing is overwritten)"
         )
+    above = next(p for p in folder.parents if p.exists())
+    if not above.is_dir():
+        raise ConfigError(f"out={folder} lies under {above}, which is a file; pass "
+                          "out=<a new folder>")  # fmt: skip
     return folder
 
 
