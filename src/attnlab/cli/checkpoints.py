@@ -185,7 +185,15 @@ def check_weights_fit(
         raise CheckpointError(f"{path} holds no readable model settings (hyper_parameters.model "
                               "is not a mapping), so it was not written by attnlab-train; pass "
                               "a .ckpt from <run_dir>/checkpoints/")  # fmt: skip
+    import torch
+
     own = module.state_dict()
+    odd = sorted(k for k, v in state.items() if k in own and not isinstance(v, torch.Tensor))
+    if odd:
+        raise CheckpointError(
+            f"{path} holds {odd[0]} as a {type(state[odd[0]]).__name__}, not a tensor, so it "
+            "was not written by attnlab-train; pass a .ckpt from <run_dir>/checkpoints/"
+        )
     shapes = [
         f"{k}: {tuple(v.shape)} in the file, {tuple(own[k].shape)} in the config"
         for k, v in state.items()
