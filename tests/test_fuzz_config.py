@@ -110,6 +110,8 @@ def decide(args: list[str]) -> str:
 # shrunk examples the fuzzer found, kept as regression cases
 FOUND: list[list[str]] = [
     ["data=reverse", "model.tie_embeddings=[]"],  # a list reached a set lookup: TypeError
+    # built layer by layer up to the memory budget before the refusal: minutes (TimedOut)
+    ["data=reverse", "model.n_layers=1000000000"],
 ]
 
 
