@@ -187,6 +187,21 @@ def test_any_coordcheck_command_line_measures_or_is_refused_in_one_line(
         event(f"exit code {judge_coordcheck(data.draw(coordcheck_argv(tmp)), tmp)}")
 
 
+# shrunk examples the fuzzer found, kept as regression cases ({tmp}: the example's folder)
+FOUND_COORDCHECK = [
+    # μP's base model at width 10^11 was allocated: the allocator's RuntimeError
+    ["--widths", "8", "16", "--seeds", "1", "--out", "{tmp}/out",
+     "model.mup_base_width=100000000000"],
+]
+
+
+@pytest.mark.parametrize("template", FOUND_COORDCHECK)
+def test_coordcheck_command_lines_the_fuzzer_found(template: list[str]) -> None:
+    with fresh_folder() as tmp:
+        (tmp / "file").write_text("a file")
+        judge_coordcheck([a.format(tmp=tmp) for a in template], tmp)
+
+
 @pytest.mark.slow
 @SOME
 @given(data=st.data())

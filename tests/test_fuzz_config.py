@@ -112,6 +112,9 @@ FOUND: list[list[str]] = [
     ["data=reverse", "model.tie_embeddings=[]"],  # a list reached a set lookup: TypeError
     # built layer by layer up to the memory budget before the refusal: minutes (TimedOut)
     ["data=reverse", "model.n_layers=1000000000"],
+    # one weight larger than memory: the allocator's RuntimeError before any count
+    ["data=reverse", "model.pos=learned", "model.max_len=100000000000"],
+    ["data=reverse", "model.d_model=100000000000"],
 ]
 
 

@@ -106,14 +106,21 @@ def test_the_parameter_count_is_exact_at_any_depth(name: str, task: str, keys: d
     assert pipeline.parameter_count(cfg, task) == build_model(cfg, task).num_params()
 
 
-def test_a_model_too_deep_for_memory_is_refused_without_building_it() -> None:
-    """Building it layer by layer up to the budget would take hours."""
+@pytest.mark.parametrize(("keys", "named"), [
+    ({"n_layers": 10**9}, "G parameters"),  # built layer by layer: hours
+    ({"pos": "learned", "max_len": 10**11}, "G parameters"),  # one table: the allocator fails
+    ({"d_model": 10**11}, "G parameters"),  # a weight of more than 2^63 elements
+    ({"param": "mup", "mup_base_width": 10**11}, "model.mup_base_width="),  # μP's base model
+])  # fmt: skip
+def test_a_model_too_large_for_memory_is_refused_before_it_is_built(
+    keys: dict, named: str
+) -> None:
     from attnlab.models import ModelConfig
     from fuzzing import time_limit
 
     cfg = ModelConfig.from_dict({"name": "decoder_only", "d_model": 16, "n_heads": 2,
-                                 "n_layers": 10**9, "vocab_size": 50})  # fmt: skip
-    with time_limit(20), pytest.raises(ConfigError, match="G parameters, which need at least"):
+                                 "vocab_size": 50, **keys})  # fmt: skip
+    with time_limit(20), pytest.raises(ConfigError, match=named):
         pipeline.build_model_within_memory(cfg, "lm", "cpu")
 
 

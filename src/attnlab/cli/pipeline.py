@@ -151,19 +151,35 @@ def check_memory(model: dict[str, Any] | ModelConfig, accelerator: str, task: st
             f"{share}), but {have[0] / gib:.1f} GiB is {have[1]}; choose a smaller "
             "model.d_model or n_layers"
         )
+    if have is not None and cfg.param == "mup":
+        from attnlab.models.parametrization import base_config
+
+        # μP builds the model once more at its base width, to scale each weight from it
+        base = parameter_count(base_config(cfg), task)
+        if (params + base) * 4 > have[0]:  # both in float32 while the model is built
+            raise ConfigError(
+                f"model.mup_base_width={cfg.mup_base_width}: μP builds the model at its base "
+                f"width too, {base / 1e9:.2f} G parameters, which with the model's need "
+                f"{(params + base) * 4 / 2**30:.1f} GiB, but {have[0] / 2**30:.1f} GiB is "
+                f"{have[1]}; choose a smaller model.mup_base_width (the width the learning "
+                "rate was tuned at)"
+            )
 
 
 def parameter_count(cfg: ModelConfig, task: str | None) -> int:
-    """The model's parameters, counted by building it on the ``meta`` device (shapes, no
-    storage, no random numbers drawn) at one layer and at two per depth key; the count is
-    affine in each, so a model of any depth is counted in the time of a shallow one. μP
-    changes no shape, so the count is SP's."""
+    """The parameters of the model ``cfg`` describes, counted on the ``meta`` device (shapes,
+    no storage, no random numbers drawn) at one layer and at two per depth key: the count is
+    affine in each, so a model of any depth is counted in milliseconds. μP changes no shape,
+    so the SP architecture is what is built."""
     import warnings
 
     import torch
 
-    from attnlab.models import build_model
+    from attnlab.models import ARCHITECTURES
+    from attnlab.models.interface import TASK_KINDS
 
+    architecture = ARCHITECTURES.get(cfg.name)
+    task = task or next(t for t in TASK_KINDS if architecture.feeding.serves(t))
     depths = {"n_layers": cfg.n_layers, "n_encoder_layers": cfg.encoder_layers,
               "n_decoder_layers": cfg.decoder_layers}  # fmt: skip
 
@@ -171,55 +187,26 @@ def parameter_count(cfg: ModelConfig, task: str | None) -> int:
         shallow = replace(cfg, param="sp", **{**dict.fromkeys(depths, 1), **deeper})
         with torch.device("meta"), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch's "dropout needs num_layers > 1"
-            return int(build_model(shallow, task).num_params())
+            return int(architecture(shallow, task).num_params())
 
-    base = count()
-    return base + sum((count(**{k: 2}) - base) * (n - 1) for k, n in depths.items())
-
-
-class _OverBudget(Exception):
-    """The parameters registered so far already pass the memory budget."""
+    try:
+        base = count()
+        return base + sum((count(**{k: 2}) - base) * (n - 1) for k, n in depths.items())
+    except RuntimeError as exc:  # a weight of 2^63 elements or more: torch cannot size it
+        if "overflow" not in str(exc):
+            raise
+        return 2**63
 
 
 def build_model_within_memory(model_cfg: ModelConfig, task: str, accelerator: str,
                               sharded_over: int = 1) -> Any:  # fmt: skip
-    """The run's model, built once; refused in :func:`check_memory`'s words as soon as the
-    parameters registered while it is built need more memory than there is, so a model that
-    cannot fit never holds more than the device's free memory in weights."""
-    import torch
-    from torch.nn.modules.module import register_module_parameter_registration_hook
+    """The run's model, built once its parameters (and μP's base model's) are counted and
+    refused in :func:`check_memory`'s words when they cannot fit: a model too large is never
+    allocated (one weight too large would fail in the allocator, a deep stack would take
+    minutes to build)."""
+    from attnlab.models import build_model
 
-    from attnlab.models import ARCHITECTURES, build_model
-
-    have = available_memory(accelerator)
-    if have is None:
-        return build_model(model_cfg, task)
-    budget = have[0] * max(sharded_over, 1) / TRAINING_BYTES_PER_PARAM  # parameters
-    # a model that looks too large (one token through each stack takes about 2 FLOPs per
-    # parameter): counted first, since a deep one would take minutes to build up to the budget
-    if ARCHITECTURES.get(model_cfg.name).flops(model_cfg, 1, 1) / 4 > budget:
-        check_memory(model_cfg, accelerator, task, sharded_over)
-    seen: set[int] = set()
-    total = 0
-
-    def tally(module: Any, name: str, param: Any) -> None:
-        nonlocal total
-        if param is not None and id(param) not in seen:
-            seen.add(id(param))
-            total += param.numel()
-            if total > budget:
-                raise _OverBudget
-
-    rng = torch.random.get_rng_state()
-    handle = register_module_parameter_registration_hook(tally)
-    try:
-        return build_model(model_cfg, task)
-    except _OverBudget:
-        pass
-    finally:
-        handle.remove()
-    check_memory(model_cfg, accelerator, task, sharded_over)  # the exact count: the refusal
-    torch.random.set_rng_state(rng)  # a parameter replaced while building was counted twice
+    check_memory(model_cfg, accelerator, task, sharded_over)
     return build_model(model_cfg, task)
 
 
