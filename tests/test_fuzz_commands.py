@@ -268,6 +268,18 @@ def test_any_compare_fit_command_line_fits_or_is_refused_in_one_line(
         event(f"exit code {judge_compare(data.draw(compare_argv(sweep, tmp)), sweep)}")
 
 
+# shrunk examples the fuzzer found, kept as regression cases ({sweep}: the sweep's folder)
+FOUND_COMPARE = [
+    # an infinite target loss needs no compute from either group: ZeroDivisionError
+    ["{sweep}", "--fit", "--by", "model.ffn", "--multiplier", "a", "b", "--target-loss", "inf"],
+]
+
+
+@pytest.mark.parametrize("template", FOUND_COMPARE)
+def test_compare_command_lines_the_fuzzer_found(sweep: Path, template: list[str]) -> None:
+    assert judge_compare([a.format(sweep=sweep) for a in template], sweep) == 2
+
+
 @pytest.mark.slow
 @SOME
 @given(data=st.data())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -176,6 +177,9 @@ def _check_fit_options(args: argparse.Namespace) -> None:
     """The options that do not combine with --fit (or need it), refused before any run is read."""
     if (args.multiplier or args.target_loss is not None) and not args.fit:
         raise UserError("--multiplier and --target-loss read scaling fits; add --fit")
+    if args.target_loss is not None and not (math.isfinite(args.target_loss)
+                                             and args.target_loss > 0):  # fmt: skip
+        raise UserError(f"--target-loss {args.target_loss} must be a positive finite loss")
     if not args.fit:
         return
     reads = [f"--at {args.at} reads them at one budget"] if args.at else []
