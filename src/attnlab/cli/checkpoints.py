@@ -203,10 +203,11 @@ def check_weights_fit(
     if not (shapes or missing or unexpected):
         check_same_model(path, saved_model, model)
         return
+    saved = dict(saved_model or {})
     settings = [
-        f"model.{k}={saved_model[k]} in the checkpoint, {model.get(k)} in the config"
-        for k in sorted(saved_model or {})
-        if saved_model[k] != model.get(k, _ABSENT)  # type: ignore[index]
+        f"model.{k}={_shown(saved[k])} in the checkpoint, {_shown(model.get(k))} in the config"
+        for k in sorted(saved, key=str)
+        if not _same(saved[k], model.get(k, _ABSENT))
     ]
     detail = "; ".join(
         settings[:3] or shapes[:1] or [f"missing {missing[:1]}, unexpected {unexpected[:1]}"]
@@ -228,11 +229,11 @@ def check_same_model(path: Path, saved_model: Mapping[str, Any] | None,
     """A CheckpointError naming the ``model.*`` keys whose settings in the checkpoint differ
     from the config's: the same shapes then compute another function (an SP checkpoint
     under ``model.param=mup``)."""
+    saved = dict(saved_model or {})
     differ = [
-        f"model.{key}={_shown(saved_model[key])} in the checkpoint, {_shown(model[key])} in "  # type: ignore[index]
-        "the config"
-        for key in sorted(set(saved_model or {}) & set(model))
-        if key not in HOW_KEYS and not _same(saved_model[key], model[key])  # type: ignore[index]
+        f"model.{key}={_shown(saved[key])} in the checkpoint, {_shown(model[key])} in the config"
+        for key in sorted(set(saved) & set(model))
+        if key not in HOW_KEYS and not _same(saved[key], model[key])
     ]
     if differ:
         raise CheckpointError(
