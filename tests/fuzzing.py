@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import signal
 import traceback
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+
+from attnlab.components import FAMILIES
 
 T = TypeVar("T")
 
@@ -30,6 +33,10 @@ _COMMON = {
 }
 DEFAULT = settings(max_examples=30, derandomize=True, **_COMMON)
 MANY = settings(max_examples=1500, **_COMMON)
+# the command fuzzers (each example runs a whole command, ~0.2–3 s): a few fixed examples
+# in the default suite, a few hundred fresh ones with -m slow
+FEW = settings(max_examples=4, derandomize=True, **_COMMON)
+SOME = settings(max_examples=300, **_COMMON)
 
 
 @st.composite
@@ -111,3 +118,96 @@ def train_exit(args: list[str]) -> tuple[int, str]:
         return int(outcome.code or 0), printed
     assert not isinstance(outcome, BaseException), "".join(traceback.format_exception(outcome))
     return int(outcome), printed
+
+
+def one_line_or_success(main: Callable[[list[str]], int], argv: list[str],
+                        seconds: float = 120) -> tuple[int, str]:  # fmt: skip
+    """Run a command's ``main(argv)``: it must return 0, or 2 having printed exactly one
+    ``error:`` line; never a traceback, never a hang. Returns (code, what it printed)."""
+    import traceback
+
+    with time_limit(seconds):
+        outcome, printed = captured(lambda: main(argv))
+    if isinstance(outcome, SystemExit):
+        outcome = int(outcome.code or 0)  # type: ignore[assignment]
+    assert not isinstance(outcome, BaseException), "".join(traceback.format_exception(outcome))
+    assert "Traceback" not in printed, printed[-3000:]
+    assert outcome in (0, 2), (outcome, printed[-3000:])
+    errors = [line for line in printed.splitlines() if line.startswith("error:")]
+    assert len(errors) == (1 if outcome == 2 else 0), printed[-3000:]
+    return int(outcome), printed
+
+
+@st.composite
+def with_faults(draw: st.DrawFn, parts: dict[str, tuple[list, list]], most: int = 2) -> dict:
+    """One value per part of a command line: a valid one (``parts[name][0]``), except for up
+    to ``most`` parts, which get a wrong one (``parts[name][1]``), so that every mistake is
+    also met alone and a share of the examples runs the whole command."""
+    faulty = draw(st.sets(st.sampled_from(sorted(parts)), max_size=most), label="faulty")
+    return {name: draw(st.sampled_from(wrong if name in faulty else good), label=name)
+            for name, (good, wrong) in parts.items()}  # fmt: skip
+
+
+def train_tiny(run_dir: Any, overrides: list[str]) -> Any:
+    """A finished ``attnlab-train`` run of a tiny model in ``run_dir`` (seconds)."""
+    from attnlab import train as attnlab_train
+    from attnlab.cli.rundir import release_all
+
+    args = ["model.d_model=16", "model.n_heads=2", "model.n_layers=1", "trainer.max_steps=4",
+            "trainer.enable_progress_bar=false", "data.batch_size=4", *overrides,
+            f"hydra.run.dir={run_dir}"]  # fmt: skip
+    try:
+        code, printed = captured(lambda: attnlab_train.main(args))
+    finally:
+        release_all()
+    assert code == 0, printed[-3000:]
+    return run_dir
+
+
+# -- drawn values of config keys, as Hydra overrides ------------------------------------
+REGISTRY_VALUES = {"model.name" if key == "name" else f"model.{key}": family.names()
+                   for key, family in FAMILIES.items()}  # fmt: skip
+OTHER_VALUES = {
+    "optim.schedule": ["cosine", "inverse_sqrt", "constant"],
+    "decode.strategy": ["greedy", "sample", "beam"], "decode.cache": ["static", "dynamic", "auto"],
+    "model.block": ["sequential", "parallel"], "model.init": ["paper", "xavier", "gpt2"],
+    "model.tie_embeddings": ["true", "output", "false"], "model.attn_impl": ["sdpa", "math"],
+    "model.cell": ["lstm", "gru", "rnn"], "trainer.precision": ["32-true", "bf16-mixed", "64"],
+    "model.rnn_attention": ["bahdanau", "luong_dot", "luong_general", "none"],
+}  # fmt: skip
+
+
+def literal(value: Any) -> str:
+    """``value`` as a Hydra override value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ",".join(literal(v) for v in value) + "]"
+    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{text}'"
+
+
+def values_for(
+    key: str, integers: st.SearchStrategy[int] | None = None
+) -> st.SearchStrategy[str]:
+    """A valid name of the key, or a value of any type; ``integers``: the integers to draw
+    (by default from -10^12 to 10^12, and small ones)."""
+    names = REGISTRY_VALUES.get(key) or OTHER_VALUES.get(key) or []
+    if integers is None:
+        integers = st.one_of(st.integers(-(10**12), 10**12), st.integers(-3, 300))
+    wrong = st.one_of(
+        integers, st.floats(allow_nan=True),
+        st.booleans(), st.none(), st.text(max_size=8), st.sampled_from(["", "é", "ЖЖ", " "]),
+        st.lists(st.integers(-2, 40), max_size=3),
+    ).map(literal)
+    return st.one_of(st.sampled_from(names), wrong) if names else wrong

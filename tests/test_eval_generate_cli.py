@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from attnlab import eval as attnlab_eval
+from attnlab import export as attnlab_export
 from attnlab import generate as attnlab_generate
 from attnlab import train as attnlab_train
 from attnlab.cli.checkpoints import default_checkpoint
@@ -37,6 +38,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("runs")
     text = root / "text.txt"
     text.write_text("the quick brown fox jumps over the lazy dog.\n" * 40)
+    lm_data = ["data=text", f"data.path={text}", "data.block_size=16", "data.eval_blocks=4",
+               "data.samples_per_epoch=16", f"data.cache_dir={root / 'cache'}"]  # fmt: skip
     return {
         "decoder_only": train_run(root, "decoder_only", ["model=decoder_only", *SMALL_REVERSE]),
         "encoder_decoder": train_run(root, "encoder_decoder", SMALL_REVERSE),
@@ -54,19 +57,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                 f"data.cache_dir={root / 'cache'}",
             ],
         ),  # fmt: skip
-        "lm": train_run(
-            root,
-            "lm",
-            [
-                "model=decoder_only",
-                "data=text",
-                f"data.path={text}",
-                "data.block_size=16",
-                "data.eval_blocks=4",
-                "data.samples_per_epoch=16",
-                f"data.cache_dir={root / 'cache'}",
-            ],
-        ),
+        "lm": train_run(root, "lm", ["model=decoder_only", *lm_data]),
+        # the same shapes as "lm", another function: μP's multipliers
+        "lm_mup": train_run(root, "lm_mup", ["model=decoder_only", *lm_data, "model.param=mup",
+                                             "model.mup_base_width=8"]),  # fmt: skip
     }
 
 
@@ -171,6 +165,43 @@ def test_eval_of_a_checkpoint_from_a_model_of_another_shape_names_the_key(
     assert "another shape" in line and "model.d_model" in line
 
 
+COMMANDS = {"eval": (attnlab_eval.main, []), "generate": (attnlab_generate.main, ["prompt=the"]),
+            "export": (attnlab_export.main, ["format=native"])}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_checkpoint_from_a_run_with_other_model_settings_is_refused_by_key(
+    command: str, runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """An SP checkpoint fits a μP run's shapes but computes another function under it."""
+    main, options = COMMANDS[command]
+    out = [f"out={tmp_path / 'export'}"] if command == "export" else []
+    ckpt = default_checkpoint(runs["lm"])
+    assert main([f"run_dir={runs['lm_mup']}", f"ckpt_path={ckpt}", *options, *out]) == 2
+    line = one_error_line(capsys)
+    assert str(ckpt) in line and "model.param=sp in the checkpoint, mup in the config" in line
+    assert "model.mup_base_width=64 in the checkpoint, 8 in the config" in line
+    assert "run_dir=<the run that wrote it>" in line
+    assert not (tmp_path / "export").exists()
+
+
+def test_eval_with_an_override_that_changes_the_function_is_refused_by_key(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert attnlab_eval.main([f"run_dir={runs['lm']}", "model.scale_embeddings=false"]) == 2
+    line = one_error_line(capsys)
+    assert "model.scale_embeddings=true in the checkpoint, false in the config" in line
+    assert "drop model.* overrides" in line
+
+
+def test_eval_with_an_override_of_how_the_function_is_computed_is_accepted(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [f"run_dir={runs['lm']}", "split=val", "model.attn_impl=math", "model.dropout=0.3"]
+    assert attnlab_eval.main(args) == 0
+    assert "val/loss" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("command", [attnlab_eval.main, attnlab_generate.main])
 def test_a_missing_run_directory_is_one_error_line(
     command: object, capsys: pytest.CaptureFixture[str], tmp_path: Path
@@ -211,7 +242,7 @@ def test_generate_with_an_encoder_only_model_is_one_error_line(
     assert "encoder-only" in one_error_line(capsys)
 
 
-@pytest.mark.parametrize("module", ["attnlab.eval", "attnlab.generate"])
+@pytest.mark.parametrize("module", ["attnlab.eval", "attnlab.generate", "attnlab.export"])
 def test_python_dash_m_reports_an_error_without_a_traceback(module: str, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(attnlab_eval.__file__).parents[1])}
     proc = subprocess.run(

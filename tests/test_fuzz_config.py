@@ -13,7 +13,6 @@ valid value of that key. A sample of accepted configurations really trains
 from __future__ import annotations
 
 import contextlib
-import math
 import shutil
 import tempfile
 import traceback
@@ -27,9 +26,8 @@ from omegaconf import OmegaConf
 
 from attnlab import train as attnlab_train
 from attnlab.cli.compose import compose_config, validate_overrides
-from attnlab.components import FAMILIES
 from composed_runs import compose_run
-from fuzzing import DEFAULT, MANY, captured, one_error_line, time_limit, train_exit
+from fuzzing import DEFAULT, MANY, captured, one_error_line, time_limit, train_exit, values_for
 
 # small data and model, so that an accepted configuration builds (and trains) in seconds
 SMALL = ["data.train_size=32", "data.val_size=8", "data.test_size=8", "data.batch_size=8",
@@ -62,47 +60,6 @@ def config_keys(data: str) -> list[str]:
 
 MODEL = {"majority": ["model=encoder_only"], "digits": ["model=vit"]}
 KEYS = {data: config_keys(data) for data in DATA}
-REGISTRY_VALUES = {"model.name" if key == "name" else f"model.{key}": family.names()
-                   for key, family in FAMILIES.items()}  # fmt: skip
-OTHER_VALUES = {
-    "optim.schedule": ["cosine", "inverse_sqrt", "constant"],
-    "decode.strategy": ["greedy", "sample", "beam"], "decode.cache": ["static", "dynamic", "auto"],
-    "model.block": ["sequential", "parallel"], "model.init": ["paper", "xavier", "gpt2"],
-    "model.tie_embeddings": ["true", "output", "false"], "model.attn_impl": ["sdpa", "math"],
-    "model.cell": ["lstm", "gru", "rnn"], "trainer.precision": ["32-true", "bf16-mixed", "64"],
-    "model.rnn_attention": ["bahdanau", "luong_dot", "luong_general", "none"],
-}  # fmt: skip
-
-
-def literal(value: Any) -> str:
-    """``value`` as a Hydra override value."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return repr(value)
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, list):
-        return "[" + ",".join(literal(v) for v in value) + "]"
-    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
-    return f"'{text}'"
-
-
-def values_for(key: str) -> st.SearchStrategy[str]:
-    names = REGISTRY_VALUES.get(key) or OTHER_VALUES.get(key) or []
-    wrong = st.one_of(
-        st.integers(-(10**12), 10**12), st.integers(-3, 300), st.floats(allow_nan=True),
-        st.booleans(), st.none(), st.text(max_size=8), st.sampled_from(["", "é", "ЖЖ", " "]),
-        st.lists(st.integers(-2, 40), max_size=3),
-    ).map(literal)
-    return st.one_of(st.sampled_from(names), wrong) if names else wrong
-
 
 @st.composite
 def overrides(draw: st.DrawFn) -> list[str]:
@@ -152,6 +109,11 @@ def decide(args: list[str]) -> str:
 # shrunk examples the fuzzer found, kept as regression cases
 FOUND: list[list[str]] = [
     ["data=reverse", "model.tie_embeddings=[]"],  # a list reached a set lookup: TypeError
+    # built layer by layer up to the memory budget before the refusal: minutes (TimedOut)
+    ["data=reverse", "model.n_layers=1000000000"],
+    # one weight larger than memory: the allocator's RuntimeError before any count
+    ["data=reverse", "model.pos=learned", "model.max_len=100000000000"],
+    ["data=reverse", "model.d_model=100000000000"],
 ]
 
 

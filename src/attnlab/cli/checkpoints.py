@@ -177,11 +177,23 @@ def load_weights(
 
 
 def check_weights_fit(
-    module: Any, state: Mapping[str, Any], path: Path, saved_model: Mapping[str, Any] | None,
-    model: Mapping[str, Any],
+    module: Any, state: Mapping[str, Any], path: Path, saved_model: Any, model: Mapping[str, Any],
 ) -> None:  # fmt: skip
-    """A CheckpointError naming the differing ``model.*`` key when ``state`` does not fit."""
+    """A CheckpointError naming the differing ``model.*`` key when ``state`` does not fit, or
+    when it fits but was trained with another setting of a key that changes the function."""
+    if saved_model is not None and not isinstance(saved_model, Mapping):
+        raise CheckpointError(f"{path} holds no readable model settings (hyper_parameters.model "
+                              "is not a mapping), so it was not written by attnlab-train; pass "
+                              "a .ckpt from <run_dir>/checkpoints/")  # fmt: skip
+    import torch
+
     own = module.state_dict()
+    odd = sorted(k for k, v in state.items() if k in own and not isinstance(v, torch.Tensor))
+    if odd:
+        raise CheckpointError(
+            f"{path} holds {odd[0]} as a {type(state[odd[0]]).__name__}, not a tensor, so it "
+            "was not written by attnlab-train; pass a .ckpt from <run_dir>/checkpoints/"
+        )
     shapes = [
         f"{k}: {tuple(v.shape)} in the file, {tuple(own[k].shape)} in the config"
         for k, v in state.items()
@@ -189,11 +201,13 @@ def check_weights_fit(
     ]
     missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
     if not (shapes or missing or unexpected):
+        check_same_model(path, saved_model, model)
         return
+    saved = dict(saved_model or {})
     settings = [
-        f"model.{k}={saved_model[k]} in the checkpoint, {model.get(k)} in the config"
-        for k in sorted(saved_model or {})
-        if saved_model[k] != model.get(k, _ABSENT)  # type: ignore[index]
+        f"model.{k}={_shown(saved[k])} in the checkpoint, {_shown(model.get(k))} in the config"
+        for k in sorted(saved, key=str)
+        if not _same(saved[k], model.get(k, _ABSENT))
     ]
     detail = "; ".join(
         settings[:3] or shapes[:1] or [f"missing {missing[:1]}, unexpected {unexpected[:1]}"]
@@ -202,6 +216,46 @@ def check_weights_fit(
         f"{path} holds a model of another shape ({detail}); evaluate it with the config it "
         "was trained with: drop model.* overrides, or pass run_dir=<the run that wrote it>"
     )
+
+
+# model keys that choose how the same function is computed or trained (the kernel,
+# compilation, recomputation, dropout, the initialisation the weights replace): a checkpoint
+# loads under any value of them
+HOW_KEYS = ("attn_impl", "compile", "activation_checkpointing", "dropout", "attn_dropout", "init")
+
+
+def check_same_model(path: Path, saved_model: Mapping[str, Any] | None,
+                     model: Mapping[str, Any]) -> None:  # fmt: skip
+    """A CheckpointError naming the ``model.*`` keys whose settings in the checkpoint differ
+    from the config's: the same shapes then compute another function (an SP checkpoint
+    under ``model.param=mup``)."""
+    saved = dict(saved_model or {})
+    differ = [
+        f"model.{key}={_shown(saved[key])} in the checkpoint, {_shown(model[key])} in the config"
+        for key in sorted(set(saved) & set(model))
+        if key not in HOW_KEYS and not _same(saved[key], model[key])
+    ]
+    if differ:
+        raise CheckpointError(
+            f"{path} was trained with other model settings ({'; '.join(differ[:3])}), under "
+            "which its weights compute another function; load it with the config it was "
+            "trained with: drop model.* overrides, or pass run_dir=<the run that wrote it>"
+        )
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b  # true is not 1
+    try:
+        return bool(a == b)
+    except Exception:  # a value no plain config holds (a tensor): not the same
+        return False
+
+
+def _shown(value: Any) -> str:
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    text = "null" if value is None else text
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def load_run_config(run_dir: Path, overrides: Iterable[tuple[str, Any]]) -> DictConfig:

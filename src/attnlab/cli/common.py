@@ -78,17 +78,18 @@ def fail(message: str) -> None:
 
 
 @contextlib.contextmanager
-def user_errors(folder: str | Path | None = None) -> Iterator[None]:
+def user_errors(folder: str | Path | None = None, fix: str | None = None) -> Iterator[None]:
     """Turn a UserError, or a write that failed for want of space or permission (into
-    ``folder`` when the error names no file), into one ``error: …`` line and exit code 2."""
-    from attnlab.cli.rundir import disk_error
+    ``folder`` when the error names no file), into one ``error: …`` line and exit code 2.
+    ``fix``: what the line tells to do about the disk (by default, a run's)."""
+    from attnlab.cli.rundir import RUN_FIX, disk_error
 
     try:
         yield
     except UserError as exc:
         fail(str(exc))
     except OSError as exc:
-        message = disk_error(exc, folder)
+        message = disk_error(exc, folder, fix or RUN_FIX)
         if message is None:
             raise
         fail(message)

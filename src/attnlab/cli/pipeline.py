@@ -139,14 +139,12 @@ def check_memory(model: dict[str, Any] | ModelConfig, accelerator: str, task: st
                  sharded_over: int = 1) -> None:  # fmt: skip
     """Refuse, with the numbers, a model whose training state cannot fit before allocating it.
 
-    The parameters are counted exactly by building the model on the ``meta`` device
-    (shapes, no storage); activations come on top of this lower bound. A sharded strategy
-    keeps ``1 / sharded_over`` of the state on each device.
+    The parameters are counted exactly (:func:`parameter_count`); activations come on top
+    of this lower bound. A sharded strategy keeps ``1 / sharded_over`` of the state on each
+    device.
     """
-    from attnlab.models import count_parameters
-
     cfg = model if isinstance(model, ModelConfig) else ModelConfig.from_dict(model)
-    params = count_parameters(cfg, task)
+    params = parameter_count(cfg, task)
     need = params * TRAINING_BYTES_PER_PARAM / max(sharded_over, 1)
     have = available_memory(accelerator)
     if have is not None and need > have[0]:
@@ -159,13 +157,60 @@ def check_memory(model: dict[str, Any] | ModelConfig, accelerator: str, task: st
             f"{share}), but {have[0] / gib:.1f} GiB is {have[1]}; choose a smaller "
             "model.d_model or n_layers"
         )
+    if have is not None and cfg.get("param") == "mup":
+        from attnlab.models.parametrization import base_config
+
+        # μP builds the model once more at its base width, to scale each weight from it
+        base = parameter_count(base_config(cfg), task)
+        if (params + base) * 4 > have[0]:  # both in float32 while the model is built
+            raise ConfigError(
+                f"model.mup_base_width={cfg.mup_base_width}: μP builds the model at its base "
+                f"width too, {base / 1e9:.2f} G parameters, which with the model's need "
+                f"{(params + base) * 4 / 2**30:.1f} GiB, but {have[0] / 2**30:.1f} GiB is "
+                f"{have[1]}; choose a smaller model.mup_base_width (the width the learning "
+                "rate was tuned at)"
+            )
+
+
+def parameter_count(cfg: ModelConfig, task: str | None) -> int:
+    """The parameters of the model ``cfg`` describes, counted on the ``meta`` device (shapes,
+    no storage, no random numbers drawn) at one layer and at two per depth key: the count is
+    affine in each, so a model of any depth is counted in milliseconds. μP changes no shape,
+    so the SP architecture is what is built."""
+    import warnings
+
+    import torch
+
+    from attnlab.components.feeding import TASK_KINDS
+
+    architecture = cfg.architecture
+    task = task or next(t for t in TASK_KINDS if architecture.feeding.serves(t))
+    depths = {key: getattr(cfg, name) for key, name in (("n_layers", "n_layers"),
+              ("n_encoder_layers", "encoder_layers"), ("n_decoder_layers", "decoder_layers"))
+              if key in cfg}  # fmt: skip
+    sp = {"param": "sp"} if "param" in cfg else {}
+
+    def count(**deeper: int) -> int:
+        shallow = cfg.replace(**sp, **{**dict.fromkeys(depths, 1), **deeper})
+        with torch.device("meta"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's "dropout needs num_layers > 1"
+            return int(architecture.build(shallow, task).num_params())
+
+    try:
+        base = count()
+        return base + sum((count(**{k: 2}) - base) * (n - 1) for k, n in depths.items())
+    except RuntimeError as exc:  # a weight of 2^63 elements or more: torch cannot size it
+        if "overflow" not in str(exc):
+            raise
+        return 2**63
 
 
 def build_model_within_memory(model_cfg: ModelConfig, task: str, accelerator: str,
                               sharded_over: int = 1) -> Any:  # fmt: skip
-    """The run's model, built once, after :func:`check_memory` has counted its parameters
-    without allocating them: a model that cannot fit is refused before any weight exists
-    (a single matrix of it may be larger than the machine's memory)."""
+    """The run's model, built once its parameters (and μP's base model's) are counted and
+    refused in :func:`check_memory`'s words when they cannot fit: a model too large is never
+    allocated (one weight too large would fail in the allocator, a deep stack would take
+    minutes to build)."""
     from attnlab.models import build_model
 
     check_memory(model_cfg, accelerator, task, sharded_over)

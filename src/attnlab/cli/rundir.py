@@ -150,18 +150,19 @@ def check_run_dirs(
     claim(folder, resuming, overwrite, key)
 
 
-def disk_error(exc: OSError, folder: str | Path | None = None) -> str | None:
+RUN_FIX = ("free disk space or choose a writable directory (paths.log_dir=…), then continue "
+           "with ckpt_path=last")
+
+
+def disk_error(exc: OSError, folder: str | Path | None = None, fix: str = RUN_FIX) -> str | None:
     """A one-line message for a write that failed for want of space or permission.
 
     It names the file (``exc.filename``), or else ``folder`` where the write went: a
-    write to a full disk fails with no file name."""
+    write to a full disk fails with no file name. ``fix``: what to do (a run's, by default)."""
     if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
         return None
     if exc.filename:
         where = f" writing {exc.filename}"
     else:
         where = f" writing into {folder}" if folder is not None else ""
-    return (
-        f"{exc.strerror or exc}{where}; free disk space or choose a writable directory "
-        "(paths.log_dir=…), then continue with ckpt_path=last"
-    )
+    return f"{exc.strerror or exc}{where}; {fix}"

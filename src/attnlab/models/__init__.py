@@ -12,7 +12,6 @@ from attnlab.models.transformer import (
     EncoderOnly,
     TransformerModel,
     build_model,
-    count_parameters,
 )
 from attnlab.models.vit import VisionTransformer
 
@@ -28,5 +27,4 @@ __all__ = [
     "TransformerModel",
     "VisionTransformer",
     "build_model",
-    "count_parameters",
 ]

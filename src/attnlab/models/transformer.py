@@ -214,10 +214,3 @@ def build_model(cfg: ModelConfig, task: str | None = None) -> Architecture:
         cfg.component("param").apply(model, cfg)
     return model
 
-
-def count_parameters(cfg: ModelConfig, task: str | None = None) -> int:
-    """The parameters ``build_model(cfg, task)`` would hold, counted exactly without
-    allocating them: the model built on the ``meta`` device (shapes only, no storage, no
-    random numbers drawn). μP changes no shape, so the SP model is counted."""
-    with torch.device("meta"):
-        return cfg.architecture.build(cfg, _default_task(cfg, task)).num_params()
