@@ -14,7 +14,6 @@ import contextlib
 import shutil
 import tempfile
 from collections.abc import Iterator
-from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from hypothesis import strategies as st
 from attnlab import coord_check
 from attnlab import export as attnlab_export
 from attnlab.compare import cli as compare_cli
-from attnlab.model_config import ModelConfig
+from attnlab.model_config import every_key
 from fuzzing import FEW, SOME, one_line_or_success, train_tiny, values_for, with_faults
 from test_compare_scaling import synthetic, write_run
 from test_fuzz_files import damage, damaged
@@ -139,7 +138,7 @@ def test_many_export_command_lines(runs: dict[str, Path], data: st.DataObject) -
 # -- attnlab-coordcheck ------------------------------------------------------------------
 # small sizes or absurd ones: both decide in seconds (a valid large model only takes long)
 SIZES = st.one_of(st.integers(-3, 300), st.integers(10**11, 10**12), st.integers(-(10**12), -1))
-MODEL_KEYS = sorted(f.name for f in fields(ModelConfig)) + ["nosuch", ""]
+MODEL_KEYS = sorted(every_key()) + ["nosuch", ""]
 
 
 @st.composite

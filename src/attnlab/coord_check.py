@@ -331,10 +331,10 @@ def write_results(check: CoordCheck, results: dict[str, Any]) -> None:
 
 
 def run(argv: list[str]) -> int:
-    from attnlab.cli.common import user_errors
+    from attnlab.cli.common import plain_text, user_errors
 
     if {"-h", "--help"} & set(argv):
-        print(__doc__)
+        print(plain_text(__doc__))
         return 0
     check = parse(argv)
     model_configs(check, tokens(check)[1])  # every model is checked before measuring

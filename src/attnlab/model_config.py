@@ -185,7 +185,7 @@ def resolve(values: dict[str, Any], strict: bool = True) -> dict[str, Any]:
     known = set(every_key())
     unknown = sorted(set(given) - known)
     if unknown:
-        raise ConfigError(f"model.{unknown[0]} is not a model key; "
+        raise ConfigError(f"model.{unknown[0]} is not a config key; "
                           f"{nearest(unknown[0], known, 'model.')}")  # fmt: skip
     arch = ARCHITECTURES.get(given.get("name", ARCHITECTURES.default))
     chosen = {"name": arch.name}

@@ -232,8 +232,10 @@ def check_same_model(path: Path, saved_model: Mapping[str, Any] | None,
     saved = dict(saved_model or {})
     differ = [
         f"model.{key}={_shown(saved[key])} in the checkpoint, {_shown(model[key])} in the config"
-        for key in sorted(set(saved) & set(model))
-        if key not in HOW_KEYS and not _same(saved[key], model[key])
+        if key in saved
+        else f"model.{key} not read by the checkpoint's model, {_shown(model[key])} in the config"
+        for key in sorted(set(model) if saved else set(), key=str)
+        if key not in HOW_KEYS and not _same(saved.get(key, _ABSENT), model[key])
     ]
     if differ:
         raise CheckpointError(
@@ -282,6 +284,7 @@ def load_run_config(run_dir: Path, overrides: Iterable[tuple[str, Any]]) -> Dict
     check_targets(cfg, str(path))
     for key in RUNTIME_ONLY:
         cfg.pop(key, None)
+    drop_unread_model_keys(cfg)
     for key, value in overrides:
         adding = key.startswith("+")
         key = key.lstrip("+")
@@ -304,6 +307,25 @@ def load_run_config(run_dir: Path, overrides: Iterable[tuple[str, Any]]) -> Dict
             raise ConfigError(f"{key}={value}: {' '.join(str(exc).split())}") from None
     check_targets(cfg, "the command line")
     return cfg  # type: ignore[return-value]
+
+
+def drop_unread_model_keys(cfg: DictConfig) -> None:
+    """A run written before models resolved their keys recorded every ``model.*`` key of
+    every architecture (``model.cell`` in a decoder-only run): keep those its model reads,
+    with the values recorded, so that the run loads as it trained. A model node that does
+    not resolve is left as it is, for the model's own checks to name what is wrong."""
+    from attnlab.model_config import resolve
+
+    node = cfg.get("model")
+    if not isinstance(node, DictConfig):
+        return
+    try:
+        values = OmegaConf.to_container(node, resolve=False)
+        reads = resolve(values, strict=False)  # type: ignore[arg-type]
+    except (ConfigError, OmegaConfBaseException, TypeError, ValueError):
+        return
+    for key in [k for k in node if k not in reads]:
+        del node[key]  # (pop would read the value, and an unset one raises)
 
 
 def resolved(cfg: DictConfig, key: str) -> Any:

@@ -21,6 +21,7 @@ from attnlab.nn.dropout import Dropout
 from attnlab.nn.kernels import AttentionInputs
 from attnlab.nn.norms import StackDepth, make_norm
 from attnlab.nn.positions import Positions
+from attnlab.nn.visibility import Visibility
 
 
 class TokenEmbedding(nn.Module):
@@ -47,27 +48,11 @@ def attention_mask(
     prefix_len: Tensor | None = None,
     documents: Tensor | None = None,
 ) -> Tensor | None:
-    """Boolean mask (B|1, 1, Tq, Tk), True where query i may attend to key j.
-
-    causal: j ≤ i; prefix-LM also lets every query see keys j < prefix_len
-    (Raffel et al. 2020, §3.2.1); padding: keys that are padding are hidden.
-    ``documents`` (B, T), each position's document within the block: a query sees only
-    keys of its own document (document masking, as in Llama 3's pre-training, Dubey et
-    al. 2024, §3.2). A query may always see itself, so no row is ever empty.
-    """
-    mask: Tensor | None = None
-    if causal:
-        mask = (k_index.view(1, -1) <= q_index.view(-1, 1)).unsqueeze(0)  # (1, Tq, Tk)
-        if prefix_len is not None:
-            mask = mask | (k_index.view(1, 1, -1) < prefix_len.view(-1, 1, 1))
-    if documents is not None:
-        same = documents.unsqueeze(2) == documents.unsqueeze(1)  # (B, Tq, Tk)
-        mask = same if mask is None else mask & same
-    if key_real is not None:
-        keys = key_real.unsqueeze(1)  # (B, 1, Tk)
-        mask = keys if mask is None else mask & keys
-        mask = mask | (k_index.view(1, 1, -1) == q_index.view(1, -1, 1))
-    return None if mask is None else mask.unsqueeze(1)
+    """Boolean mask (B|1, 1, Tq, Tk), True where query i may attend to key j: a stack's
+    rules (causal, prefix-LM, documents, padding; a query always sees itself) lowered to a
+    dense mask by :class:`~attnlab.nn.visibility.Visibility`."""
+    return Visibility(q_index, k_index, causal, prefix_len, documents, key_real,
+                      sees_itself=True).dense()  # fmt: skip
 
 
 def make_positions(cfg: ModelConfig, causal: bool, grid: tuple[int, int] | None) -> Positions:
@@ -150,7 +135,8 @@ class TransformerStack(nn.Module):
         """tokens (B, T) -> hidden states (B, T, d_model).
 
         ``documents`` (B, T): which document of the block each token belongs to; attention
-        stays within a document (:func:`attention_mask`). Fresh sequences only (no cache).
+        stays within a document (:class:`~attnlab.nn.visibility.Visibility`). Fresh sequences
+        only (no cache).
 
         ``embeds`` (B, T, d_model) replaces ``tokens`` (pass None) for inputs that are
         not tokens, such as image patches; positions are added to them all the same.
@@ -172,8 +158,7 @@ class TransformerStack(nn.Module):
 
         memory_inputs = None
         if memory is not None:
-            memory_mask = None if memory_real is None else memory_real[:, None, None, :]
-            memory_inputs = AttentionInputs(mask=memory_mask)
+            memory_inputs = AttentionInputs(mask=Visibility.real_keys(memory_real).dense())
 
         x = embeds if embeds is not None else self.embedding(tokens)
         x = self.positions.embed(x, positions)
@@ -219,25 +204,22 @@ class TransformerStack(nn.Module):
         k_positions, k_real = positions, key_real
         if cache is not None:
             k_positions, k_real = cache.append(positions, key_real)
-        # one new query over an unpadded cache may see every key: no mask to build
-        single_step = cache is not None and offset > 0 and T == 1 and k_real is None
-        mask = None
-        sparse = self.sparse  # the kind builds its own pattern: no (T, T) mask
-        if not single_step and not sparse:
-            k_index = torch.arange(offset + T, device=device)
-            mask = attention_mask(q_index, k_index, k_real, self.causal, prefix_len, documents)
+        visibility = Visibility(q_index, torch.arange(offset + T, device=device), self.causal,
+                                prefix_len, documents, k_real, sees_itself=True,
+                                fresh=offset == 0)  # fmt: skip
         bias = self.positions.bias(positions, k_positions)
-        # pure causal self-attention over a fresh sequence: let the fused kernel
-        # apply causality itself (flash / memory-efficient path, no (T, T) mask)
         content = self.positions.content_dependent
-        fast_causal = self.causal and offset == 0 and k_real is None and prefix_len is None
-        fast_causal = fast_causal and documents is None
-        fast_causal = fast_causal and bias is None and not content and not sparse
+        # pure causal self-attention over a fresh sequence: the fused kernel applies
+        # causality itself (flash / memory-efficient path, no (T, T) mask); a kind builds its
+        # own pattern from the padding; one new query over an unpadded cache sees every key
+        plain = visibility.plain_causal and bias is None and not content and not self.sparse
+        single_step = cache is not None and offset > 0 and T == 1 and k_real is None
+        dense = not (plain or single_step or self.sparse)
         inputs = AttentionInputs(
-            mask=None if fast_causal else mask,
+            mask=visibility.dense() if dense else None,
             bias=bias,
             rope=self.positions.rotary(positions),
-            is_causal=fast_causal,
+            is_causal=plain,
             scores=partial(self.positions.scores, q_pos=positions, k_pos=k_positions)
             if content
             else None,
