@@ -20,6 +20,18 @@ FAST_DEV_RUN = [
 TINY_MODEL = ["model.d_model=16", "model.n_heads=2", "model.n_layers=1"]
 
 
+def sized(tiny: list[str], overrides: list[str]) -> list[str]:
+    """``tiny``'s model sizes for the architecture ``overrides`` choose: only the keys it
+    reads (``model.n_heads`` where it has attention heads; a key it does not read is
+    refused)."""
+    from attnlab.components import FAMILIES
+
+    chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("model=")]
+    arch = FAMILIES["name"].get(chosen[-1] if chosen else "encoder_decoder")
+    reads = {key for part in (arch, *arch.parts) for key in part.keys}
+    return [o for o in tiny if o.split("=", 1)[0].removeprefix("model.") in reads]
+
+
 def compose_run(overrides: list[str], run_dir: Path) -> DictConfig:
     """conf/config.yaml with ``overrides``; ``${hydra:runtime.output_dir}`` is ``run_dir``.
 
@@ -43,4 +55,5 @@ def train_fast(overrides: list[str], run_dir: Path) -> dict[str, Any]:
     from attnlab.train import train
 
     run_dir.mkdir(parents=True, exist_ok=True)  # Hydra creates it in a real run
-    return train(compose_run([*TINY_MODEL, *FAST_DEV_RUN, *overrides], run_dir), run_dir)
+    args = [*sized(TINY_MODEL, overrides), *FAST_DEV_RUN, *overrides]
+    return train(compose_run(args, run_dir), run_dir)

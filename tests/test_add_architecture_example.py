@@ -1,51 +1,49 @@
-"""docs/extending.md's "Add your own architecture" really works: its DAN class and YAML, as written.
+"""docs/extending.md's "Add your own architecture" really works: its DAN class, config and
+YAML, as written.
 
-The class runs as if saved as ``attnlab/models/dan.py``, named by its documented line in
-the real catalog (restored afterwards); the YAML goes into a copy of ``conf/``,
-from which the run is composed.
+The config runs as if pasted into ``attnlab/components/architectures.py`` (its family is
+restored afterwards), the class as if saved as ``attnlab/models/dan.py``; the YAML goes into
+a copy of ``conf/``, from which the run is composed.
 """
 
 from __future__ import annotations
 
 import math
-import re
-import shutil
+import sys
+import types
 from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
+import attnlab.components.architectures
 import composed_runs
-from attnlab.cli.common import config_dir
 from attnlab.errors import ConfigError
 from attnlab.models import ModelConfig, build_model
 from attnlab.tasks import check_compatible
-from documented import add_to_catalog
+from documented import block_with, conf_with, declare, section
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
-
-
-def fenced(kind: str) -> str:
-    section = DOC.read_text(encoding="utf-8").split("## Add your own architecture", 1)[1]
-    match = re.search(rf"```{kind}\n(.*?)```", section, flags=re.DOTALL)
-    assert match, f"{DOC} has no {kind} block in 'Add your own architecture'"
-    return match.group(1)
+ARCHITECTURE = section("Add your own architecture")
 
 
 def add_documented_architecture(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """The README's class registered (the registry is restored after the test) and its YAML
-    in a copy of ``conf/`` that the tests' and the command line's composition read."""
-    import attnlab.cli.compose
-
+    """The documented config declared (its family restored after the test), its class where
+    the config says it lives, and its YAML in a copy of ``conf/`` that the tests' and the
+    command line's composition read."""
+    config = block_with(ARCHITECTURE, "class DeepAveragingConfig")
+    # the class module imports its config: declare it first, then run the class as dan.py
+    declared = declare(monkeypatch, config, "attnlab.components.architectures", {})
     namespace = {"__name__": "attnlab.models.dan"}
-    exec(compile(fenced("python"), str(DOC), "exec"), namespace)
-    section = DOC.read_text(encoding="utf-8").split("## Add your own architecture", 1)[1]
-    add_to_catalog(monkeypatch, "model", "dan", section, namespace)
-    conf = tmp_path / "conf"
-    shutil.copytree(config_dir(), conf)
-    (conf / "model" / "dan.yaml").write_text(fenced("yaml"), encoding="utf-8")
-    monkeypatch.setattr(composed_runs, "config_dir", lambda: conf)
-    monkeypatch.setattr(attnlab.cli.compose, "config_dir", lambda: conf)
+    monkeypatch.setattr(attnlab.components.architectures, "DeepAveragingConfig", declared,
+                        raising=False)
+    exec(compile(block_with(ARCHITECTURE, "class DeepAveragingNetwork"), "extending.md",
+                 "exec"), namespace)  # fmt: skip
+    dan = types.ModuleType("attnlab.models.dan")
+    dan.DeepAveragingNetwork = namespace["DeepAveragingNetwork"]
+    monkeypatch.setitem(sys.modules, "attnlab.models.dan", dan)
+    conf_with(monkeypatch, tmp_path, {"model/dan.yaml": block_with(ARCHITECTURE, "name: dan",
+                                                                   kind="yaml")})  # fmt: skip
 
 
 @pytest.fixture
@@ -69,4 +67,8 @@ def test_the_documented_dan_trains_through_the_configs(dan_registered: None, tmp
     assert result["status"] == "completed"
     assert math.isfinite(result["metrics"]["test/loss"])
     composed = composed_runs.compose_run(["model=dan"], tmp_path / "other")
-    assert composed.model.name == "dan" and composed.model.d_model == 128
+    given = OmegaConf.to_container(composed.model)
+    resolved = ModelConfig.from_dict(given)
+    assert resolved.name == "dan" and resolved.d_model == 128  # its config's default
+    with pytest.raises(ConfigError, match=r"model\.n_heads=4 applies to .*not model=dan"):
+        ModelConfig.from_dict({**given, "n_heads": 4})

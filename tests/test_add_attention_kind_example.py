@@ -1,13 +1,11 @@
 """docs/extending.md's attention-kind example (the Sparse Transformer's strided pattern)
-really works: the documented class registers into the real ``ATTENTION_KINDS`` (restored
+really works: the documented class and config declare ``model.attention=strided`` (restored
 afterwards), and its pattern gives the mask of Child et al. (2019, §4.2), cached decoding,
 the FlexAttention path and a training run through the configs."""
 
 from __future__ import annotations
 
 import math
-import re
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -18,25 +16,18 @@ from attnlab.nn import attention_kinds, flex
 from attnlab.nn.attention_kinds import ATTENTION_KINDS
 from composed_runs import train_fast
 from decoding_inputs import left_padded_prompts, step_logits
-from documented import add_to_catalog
+from documented import block_with, declare, section
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
-
-
-def documented_class() -> str:
-    section = DOC.read_text(encoding="utf-8").split("## Add your own variant", 1)[1]
-    blocks = re.findall(r"```python\n(.*?)\n *```", section, flags=re.DOTALL)
-    code = [textwrap.dedent(body) for body in blocks if "StridedAttention" in body]
-    assert code, f"{DOC} has no StridedAttention block in 'Add your own variant'"
-    return code[0]
+VARIANT = section("Add your own variant")
 
 
 @pytest.fixture
 def strided(monkeypatch: pytest.MonkeyPatch) -> type:
     namespace = dict(vars(attention_kinds))
-    exec(compile(documented_class(), str(DOC), "exec"), namespace)
-    section = DOC.read_text(encoding="utf-8").split("## Add your own variant", 1)[1]
-    add_to_catalog(monkeypatch, "model.attention", "strided", section, namespace)
+    exec(compile(block_with(VARIANT, "class StridedAttention"), "extending.md", "exec"),
+         namespace)  # fmt: skip
+    declare(monkeypatch, block_with(VARIANT, "class StridedConfig"),
+            "attnlab.components.attention", {"StridedAttention": namespace["StridedAttention"]})
     return ATTENTION_KINDS.get("strided")
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -28,24 +27,20 @@ REPO = Path(__file__).resolve().parents[1]
 FILLED_FROM_DATA = {"vocab_size", "image_size", "channels", "patch_size"}
 
 
-def test_model_config_defaults_equal_the_shared_yaml() -> None:
+def test_the_shared_yaml_lists_every_key_a_component_reads_and_sets_none() -> None:
+    """conf/model/_base.yaml makes each key settable from the command line; the defaults are
+    the components' own, so a key left alone is not 'set' (and never refused)."""
+    from attnlab.model_config import every_key
+
     base = yaml.safe_load((REPO / "conf/model/_base.yaml").read_text(encoding="utf-8"))
-    defaults = {f.name: f.default for f in fields(ModelConfig)}
-    assert set(base) == set(defaults) - FILLED_FROM_DATA
-    assert {k: v for k, v in base.items() if k != "name"} == {
-        k: v for k, v in defaults.items() if k in base and k != "name"
-    }
+    assert set(base) == set(every_key()) - FILLED_FROM_DATA
+    assert set(base.values()) == {"???"}
 
 
-def test_each_architecture_file_holds_only_what_differs_from_the_base() -> None:
-    base = yaml.safe_load((REPO / "conf/model/_base.yaml").read_text(encoding="utf-8"))
+def test_each_architecture_file_only_names_its_architecture() -> None:
     for path in sorted((REPO / "conf/model").glob("[!_]*.yaml")):
         own = yaml.safe_load(path.read_text(encoding="utf-8"))
-        assert own.pop("defaults") == ["_base", "_self_"], path.name
-        assert own.pop("name") == path.stem and own.pop("name", None) is None
-        assert own.pop("name", None) is None
-        same = [k for k, v in own.items() if base.get(k) == v]
-        assert not same, f"{path.name} repeats the base's {same}"
+        assert own == {"defaults": ["_base", "_self_"], "name": path.stem}, path.name
         assert path.stem in ARCHITECTURES
 
 
@@ -83,7 +78,8 @@ def test_every_architecture_declares_a_feeding_it_can_serve(name: str) -> None:
 
 
 def test_deepnorm_owns_its_constants_and_init() -> None:
-    """α in the residual, β in its initialize: nothing outside nn/norms.py names DeepNorm."""
+    """α in the residual, β in its initialize: nothing but its class and its config names
+    DeepNorm."""
     model = build_model(ModelConfig.from_dict(
         {"name": "encoder_decoder", "vocab_size": 20, "norm": "deepnorm", "n_layers": 6}
     ))  # fmt: skip
@@ -97,7 +93,8 @@ def test_deepnorm_owns_its_constants_and_init() -> None:
     out = subprocess.run(["grep", "-rln", "deepnorm", "src/attnlab"], cwd=REPO,
                          capture_output=True, text=True)  # fmt: skip
     # the catalog is the table of every registry's names, where each class lives
-    assert sorted(out.stdout.split()) == ["src/attnlab/catalog.py", "src/attnlab/nn/norms.py"]
+    assert sorted(out.stdout.split()) == ["src/attnlab/components/layers.py",
+                                          "src/attnlab/nn/norms.py"]  # its config and class
     assert isinstance(model.encoder.layers[0].attn_residual, DeepNormResidual)
 
 

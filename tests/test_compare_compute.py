@@ -35,7 +35,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     result = run("train", "-m", "model=decoder_only,rnn", "seed=0,1", "data=associative_recall",
                  "data.n_pairs=4", "data.n_queries=2", "data.train_size=256", "data.val_size=32",
                  "data.test_size=32", f"data.batch_size={BATCH}", "model.d_model=16",
-                 "model.n_heads=2", "model.n_layers=1", "trainer.max_epochs=-1",
+                 "model.n_layers=1", "trainer.max_epochs=-1",  # keys both architectures read
                  f"trainer.max_steps={STEPS}", "trainer.val_check_interval=6",
                  "trainer.log_every_n_steps=3", "trainer.enable_progress_bar=false",
                  f"hydra.sweep.dir={out}", timeout=600)  # fmt: skip

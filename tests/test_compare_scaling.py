@@ -206,3 +206,34 @@ def test_a_target_below_a_fitted_floor_is_one_line(tmp_path: Path, capsys) -> No
             "a", "b", "--target-loss", "0.5"]  # fmt: skip
     assert compare_cli.main(args) == 2
     assert "never reaches" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra,named", [
+    (["--at", "flops=1e12"], "--at flops=1e12"),
+    (["--select", "best"], "--select best"),
+    (["--at", "step=10", "--multiplier", "a", "b"], "--at step=10"),
+])  # fmt: skip
+def test_fit_with_an_option_that_reads_runs_at_one_point_is_refused_up_front(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], named: str
+) -> None:
+    synthetic(tmp_path, seeds=1, shift_b=2.0)
+    args = [str(tmp_path), "--by", "model.ffn", "--metric", "val/loss", "--fit", *extra]
+    assert compare_cli.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --fit frontier"), err
+    assert named in err[0] and "do not combine" in err[0] and "parameter count" not in err[0]
+
+
+@pytest.mark.parametrize("pair,named", [
+    (["a", "nosuch"], "--multiplier 'nosuch' matches no group"),
+    (["model.ffn", "a"], "--multiplier 'model.ffn' matches 2 groups"),
+])  # fmt: skip
+def test_a_multiplier_group_that_names_no_single_group_names_the_multiplier_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], pair: list[str], named: str
+) -> None:
+    synthetic(tmp_path, seeds=1, shift_b=2.0)
+    args = [str(tmp_path), "--by", "model.ffn", "--metric", "val/loss", "--fit", "--multiplier",
+            *pair]  # fmt: skip
+    assert compare_cli.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and named in err[0] and "--vs" not in err[0], err

@@ -126,3 +126,20 @@ def test_the_link_check_reads_links_and_anchors_as_github_does() -> None:
                              "sweeps-and-clusters-1"}  # fmt: skip
     sample = "See [a](docs/a.md#x), ![img](p.png) and [web](https://x.org).\n```\n[no](n.md)\n```\n"
     assert LINK.findall(without_code(sample)) == ["docs/a.md#x", "p.png", "https://x.org"]
+
+
+def test_the_model_key_table_gives_each_components_default() -> None:
+    """docs/configuration.md's defaults are the components' own (an architecture's where the
+    row says so, in parentheses): the table cannot drift from the configs."""
+    from attnlab.model_config import every_key
+
+    text = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `model\.(\w+)` \| ([^|(]+?)\s*(?:\(|\|)", text, re.MULTILINE))
+    shown = {True: "true", False: "false", None: "null"}
+    defaults = {k: shown.get(v, v) if isinstance(v, bool | None) else v
+                for k, v in every_key().items()}  # fmt: skip
+    assert set(rows) >= set(defaults) - {"name", "vocab_size", "image_size", "channels",
+                                         "patch_size"}  # fmt: skip
+    for key, default in rows.items():
+        if key != "name":
+            assert str(defaults[key]) == default.strip().strip("`"), key

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from attnlab import eval as attnlab_eval
+from attnlab import export as attnlab_export
 from attnlab import generate as attnlab_generate
 from attnlab import train as attnlab_train
 from attnlab.cli.checkpoints import default_checkpoint
-from composed_runs import TINY_MODEL, compose_run
+from composed_runs import TINY_MODEL, compose_run, sized
 
 ONE_EPOCH = [
     "trainer.max_epochs=1", "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1",
@@ -26,7 +27,8 @@ SMALL_REVERSE = ["data=reverse", "data.train_size=32", "data.val_size=8", "data.
 def train_run(root: Path, name: str, overrides: list[str]) -> Path:
     """``attnlab-train`` in this process; returns the run directory."""
     run_dir = root / name
-    code = attnlab_train.main([*TINY_MODEL, *ONE_EPOCH, *overrides, f"hydra.run.dir={run_dir}"])
+    args = [*sized(TINY_MODEL, overrides), *ONE_EPOCH, *overrides, f"hydra.run.dir={run_dir}"]
+    code = attnlab_train.main(args)
     assert code == 0 and (run_dir / "checkpoints" / "last.ckpt").is_file()
     return run_dir
 
@@ -36,6 +38,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("runs")
     text = root / "text.txt"
     text.write_text("the quick brown fox jumps over the lazy dog.\n" * 40)
+    lm_data = ["data=text", f"data.path={text}", "data.block_size=16", "data.eval_blocks=4",
+               "data.samples_per_epoch=16", f"data.cache_dir={root / 'cache'}"]  # fmt: skip
     return {
         "decoder_only": train_run(root, "decoder_only", ["model=decoder_only", *SMALL_REVERSE]),
         "encoder_decoder": train_run(root, "encoder_decoder", SMALL_REVERSE),
@@ -53,19 +57,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                 f"data.cache_dir={root / 'cache'}",
             ],
         ),  # fmt: skip
-        "lm": train_run(
-            root,
-            "lm",
-            [
-                "model=decoder_only",
-                "data=text",
-                f"data.path={text}",
-                "data.block_size=16",
-                "data.eval_blocks=4",
-                "data.samples_per_epoch=16",
-                f"data.cache_dir={root / 'cache'}",
-            ],
-        ),
+        "lm": train_run(root, "lm", ["model=decoder_only", *lm_data]),
+        # the same shapes as "lm", another function: μP's multipliers
+        "lm_mup": train_run(root, "lm_mup", ["model=decoder_only", *lm_data, "model.param=mup",
+                                             "model.mup_base_width=8"]),  # fmt: skip
     }
 
 
@@ -170,6 +165,43 @@ def test_eval_of_a_checkpoint_from_a_model_of_another_shape_names_the_key(
     assert "another shape" in line and "model.d_model" in line
 
 
+COMMANDS = {"eval": (attnlab_eval.main, []), "generate": (attnlab_generate.main, ["prompt=the"]),
+            "export": (attnlab_export.main, ["format=native"])}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_checkpoint_from_a_run_with_other_model_settings_is_refused_by_key(
+    command: str, runs: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """An SP checkpoint fits a μP run's shapes but computes another function under it."""
+    main, options = COMMANDS[command]
+    out = [f"out={tmp_path / 'export'}"] if command == "export" else []
+    ckpt = default_checkpoint(runs["lm"])
+    assert main([f"run_dir={runs['lm_mup']}", f"ckpt_path={ckpt}", *options, *out]) == 2
+    line = one_error_line(capsys)
+    assert str(ckpt) in line and "model.param=sp in the checkpoint, mup in the config" in line
+    assert "model.mup_base_width not read by the checkpoint's model, 8 in the config" in line
+    assert "run_dir=<the run that wrote it>" in line
+    assert not (tmp_path / "export").exists()
+
+
+def test_eval_with_an_override_that_changes_the_function_is_refused_by_key(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert attnlab_eval.main([f"run_dir={runs['lm']}", "model.scale_embeddings=false"]) == 2
+    line = one_error_line(capsys)
+    assert "model.scale_embeddings=true in the checkpoint, false in the config" in line
+    assert "drop model.* overrides" in line
+
+
+def test_eval_with_an_override_of_how_the_function_is_computed_is_accepted(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [f"run_dir={runs['lm']}", "split=val", "model.attn_impl=math", "model.dropout=0.3"]
+    assert attnlab_eval.main(args) == 0
+    assert "val/loss" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("command", [attnlab_eval.main, attnlab_generate.main])
 def test_a_missing_run_directory_is_one_error_line(
     command: object, capsys: pytest.CaptureFixture[str], tmp_path: Path
@@ -210,7 +242,7 @@ def test_generate_with_an_encoder_only_model_is_one_error_line(
     assert "encoder-only" in one_error_line(capsys)
 
 
-@pytest.mark.parametrize("module", ["attnlab.eval", "attnlab.generate"])
+@pytest.mark.parametrize("module", ["attnlab.eval", "attnlab.generate", "attnlab.export"])
 def test_python_dash_m_reports_an_error_without_a_traceback(module: str, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(attnlab_eval.__file__).parents[1])}
     proc = subprocess.run(
@@ -255,12 +287,40 @@ def test_help_is_plain_text_without_restructuredtext_markup(
     import re
 
     module = importlib.import_module(f"attnlab.{command}")
-    if command == "coord_check":
-        with pytest.raises(SystemExit) as done:  # argparse's help
-            module.main(["--help"])
-        assert done.value.code == 0
-    else:
-        assert module.main(["--help"]) == 0
+    assert module.main(["--help"]) == 0
     out = capsys.readouterr().out
     assert says in out
     assert "``" not in out and not re.search(r":[a-z]+:`", out), out
+
+
+# what a run written before models resolved their keys recorded: every model.* key of every
+# architecture, those its model does not read at their old defaults
+RECORDED_BY_OLD_RUNS = {
+    "rnn": {"norm": "pre", "qk_norm": False, "n_heads": 8, "attention": "full", "window": 256,
+            "pos": "sinusoidal", "ffn": "relu", "param": "sp", "mup_base_width": 64},
+    "decoder_only": {"cell": "lstm", "rnn_attention": "bahdanau", "n_encoder_layers": None,
+                     "kernel_size": 3, "bidirectional": True, "input_feeding": False},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(RECORDED_BY_OLD_RUNS))
+def test_a_run_that_recorded_every_model_key_still_evaluates_to_its_own_numbers(
+    name: str, runs: dict[str, Path], tmp_path: Path
+) -> None:
+    import shutil
+
+    from omegaconf import OmegaConf
+
+    old = tmp_path / name
+    shutil.copytree(runs[name], old)
+    shutil.rmtree(old / "eval", ignore_errors=True)  # other tests' evaluations of the run
+    config = old / ".hydra" / "config.yaml"
+    cfg = OmegaConf.load(config)
+    recorded = RECORDED_BY_OLD_RUNS[name]
+    assert all(OmegaConf.is_missing(cfg.model, key) for key in recorded)  # unset: not read
+    cfg.model = {**OmegaConf.to_container(cfg.model), **recorded}
+    OmegaConf.save(cfg, config)
+    assert attnlab_eval.main([f"run_dir={old}"]) == 0
+    (result,) = (old / "eval").glob("*_test.json")
+    trained = json.loads((old / "summary.json").read_text())["metrics"]["test/loss"]
+    assert json.loads(result.read_text())["metrics"]["test/loss"] == pytest.approx(trained)

@@ -23,8 +23,8 @@ def test_presets_are_found() -> None:
 @pytest.mark.parametrize("name", PRESETS)
 def test_experiment_preset_composes_and_validates(name: str, tmp_path: Path) -> None:
     cfg = compose_run([f"experiment={name}"], tmp_path)
-    check_config(cfg)
+    model = check_config(cfg)
     OmegaConf.to_container(cfg.model, resolve=True)
     datamodule = build(cfg.data, "data")  # as attnlab-train builds it; no data is read yet
     assert isinstance(datamodule, AttnlabDataModule)
-    check_compatible(str(cfg.model.name), datamodule.task, bool(cfg.model.prefix_lm))
+    check_compatible(model.name, datamodule.task, model.get("prefix_lm") is True)

@@ -8,6 +8,7 @@ torchmetrics would import transformers in every process of the suite.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -33,6 +34,7 @@ from attnlab.generate import load_model
 from attnlab.inference.generation import generate
 from attnlab.model_config import ModelConfig
 from attnlab.options import DecodeConfig
+from disk_fault import DiskFault
 
 REPO = Path(__file__).resolve().parents[1]
 HF_PARITY = Path(os.environ.get("ATTNLAB_HF_PARITY", REPO / ".venv" / "hf-parity"))
@@ -209,7 +211,7 @@ def test_half_split_rows_turn_interleaved_pairs_into_halves() -> None:
 def config_with(**values: object) -> ModelConfig:
     base = {"name": "decoder_only", "vocab_size": 40, "d_model": 32, "n_heads": 4,
             "pos": "learned"}  # fmt: skip
-    return ModelConfig.from_dict({**base, **values})
+    return ModelConfig.from_dict({**base, **values}, strict=False)  # base keys rnn does not read
 
 
 @pytest.mark.parametrize(
@@ -233,6 +235,14 @@ def config_with(**values: object) -> ModelConfig:
         ({"name": "encoder_only", "embed_norm": True}, "model.norm=pre"),
         ({"name": "encoder_only", "norm": "post", "embed_norm": True, "pos": "rope"},
          "model.pos=rope"),  # fmt: skip
+        # no norm over the embeddings in GPT-2 or Llama (logits off by up to 1.4 otherwise)
+        ({"embed_norm": True}, "model.embed_norm=true"),
+        ({"pos": "rope", "norm_type": "rmsnorm", "ffn": "swiglu", "embed_norm": True},
+         "model.embed_norm=true"),  # fmt: skip
+        # attnlab's attention hides the keys of pad_id; the exported pad token is <pad>, 0
+        ({"pad_id": 7}, "model.pad_id=7"),
+        ({"name": "encoder_only", "norm": "post", "embed_norm": True, "pad_id": 7},
+         "model.pad_id=7"),  # fmt: skip
     ],
 )
 def test_options_without_an_equivalent_are_refused_by_name(values: dict, named: str) -> None:
@@ -272,3 +282,46 @@ def test_bad_export_commands_get_one_line_and_leave_the_disk_alone(
         assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
     assert (taken / "keep.txt").read_text() == "mine" and len(list(taken.iterdir())) == 1
     assert not (runs["gpt2"] / "export").exists()
+
+
+def export_code(run_dir: Path, fmt: str, out: Path) -> int:
+    return attnlab_export.main([f"run_dir={run_dir}", f"format={fmt}", f"out={out}"])
+
+
+@pytest.mark.parametrize("fmt", ["hf", "native"])
+def test_every_file_of_an_export_is_written_where_a_full_disk_is_an_os_error(
+    runs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    """The weights and the tokenizer too, not only the JSON files: safetensors and
+    tokenizers serialise in memory and Python writes, so a full disk is never their own
+    error type (SafetensorError) with a traceback."""
+    counter = DiskFault(tmp_path, errno.ENOSPC, at=None)
+    with monkeypatch.context() as patch:
+        counter.install(patch)
+        assert export_code(runs["gpt2"], fmt, tmp_path / "out") == 0
+    names = {Path(p).name.lstrip(".").removesuffix(".tmp") for p in counter.paths}
+    assert {"model.safetensors", "config.json", "tokenizer.json", "README.md"} <= names, names
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS], ids=["ENOSPC", "EROFS"])
+@pytest.mark.parametrize("fmt", ["hf", "native"])
+def test_a_full_or_read_only_disk_while_exporting_is_one_line_and_leaves_nothing(
+    runs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], fmt: str, code: int,
+) -> None:  # fmt: skip
+    counter = DiskFault(tmp_path / "count", code, at=None)
+    with monkeypatch.context() as patch:
+        counter.install(patch)
+        assert export_code(runs["gpt2"], fmt, tmp_path / "count" / "out") == 0
+    capsys.readouterr()
+    for at in range(len(counter.paths)):
+        parent = tmp_path / f"at{at}"
+        parent.mkdir()
+        with monkeypatch.context() as patch:
+            DiskFault(parent, code, at).install(patch)
+            assert export_code(runs["gpt2"], fmt, parent / "out") == 2, at
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: "), (at, err)
+        assert os.strerror(code) in err[0] and str(parent) in err[0], err[0]
+        assert "nothing was exported" in err[0] and "out=" in err[0], err[0]
+        assert list(parent.iterdir()) == [], at  # the staging folder is gone, no out folder

@@ -27,33 +27,10 @@ from hypothesis import strategies as st
 
 from attnlab.errors import UserError
 from composed_runs import compose_run
-from fuzzing import DEFAULT, MANY, captured, time_limit
+from fuzzing import DEFAULT, MANY, captured, damage, damaged, time_limit
 
 SMALL = ["model.d_model=16", "model.n_heads=2", "model.n_layers=1", "data.batch_size=4"]
 TEXT = "".join(f"line {i}: to be, or not to be, that is the question.\n" for i in range(40))
-
-
-@st.composite
-def damage(draw: st.DrawFn, size: int) -> list[tuple[str, int, int]]:
-    """One to three edits of a file of ``size`` bytes: (kind, position, value)."""
-    edit = st.one_of(
-        st.tuples(st.just("flip"), st.integers(0, max(size - 1, 0)), st.integers(1, 255)),
-        st.tuples(st.just("truncate"), st.integers(0, size), st.just(0)),
-        st.tuples(st.just("append"), st.integers(1, 64), st.integers(0, 2**31)),
-    )
-    return draw(st.lists(edit, min_size=1, max_size=3))
-
-
-def damaged(data: bytes, edits: list[tuple[str, int, int]]) -> bytes:
-    out = bytearray(data)
-    for kind, position, value in edits:
-        if kind == "flip" and out:
-            out[position % len(out)] ^= value
-        elif kind == "truncate":
-            del out[position % (len(out) + 1) :]
-        elif kind == "append":
-            out += np.random.default_rng(value).integers(0, 256, position, dtype=np.uint8).tobytes()
-    return bytes(out)
 
 
 def build_data(overrides: list[str], tmp: Path, cache: bool = True) -> Any:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from attnlab.cli import pipeline
 from attnlab.models import ModelConfig
@@ -26,7 +27,7 @@ def test_the_preset_is_gpt2_small_with_its_recipe(tmp_path: Path) -> None:
         cfg.trainer.accumulate_grad_batches)  # fmt: skip
     assert 0.45e6 < tokens_per_step < 0.55e6
     assert (cfg.optim.lr, cfg.optim.min_lr, tuple(cfg.optim.betas)) == (6e-4, 6e-5, (0.9, 0.95))
-    model = dict(cfg.model, vocab_size=GPT2_VOCAB)
+    model = dict(OmegaConf.to_container(cfg.model), vocab_size=GPT2_VOCAB)
     model.pop("_target_", None)
     with torch.device("meta"):
         net = build_model(ModelConfig.from_dict(model), "lm")

@@ -102,6 +102,43 @@ def test_a_model_whose_one_matrix_outgrows_memory_is_refused_before_it_is_alloca
         pipeline.build_model_within_memory(cfg, "lm", "cpu")
 
 
+@pytest.mark.parametrize(("name", "task", "keys"), [
+    ("decoder_only", "lm", {"n_layers": 3}),
+    ("decoder_only", "lm", {"n_layers": 3, "param": "mup", "mup_base_width": 16}),
+    ("encoder_decoder", "seq2seq", {"n_layers": 3, "n_encoder_layers": 2, "n_decoder_layers": 4}),
+    ("encoder_decoder", "seq2seq", {"n_layers": 3, "tie_embeddings": False}),
+    ("rnn", "seq2seq", {"n_layers": 3}),
+    ("conv", "lm", {"n_layers": 4}),
+    ("vit", "image_classification", {"n_layers": 2, "image_size": 8, "patch_size": 4,
+                                     "channels": 3}),
+])  # fmt: skip
+def test_the_parameter_count_is_exact_at_any_depth(name: str, task: str, keys: dict) -> None:
+    """Counted at depth 1 and 2 per stack and extrapolated: the same as the built model's."""
+    from attnlab.models import ModelConfig, build_model
+
+    cfg = ModelConfig.from_dict({"name": name, "d_model": 32, "n_heads": 4, "vocab_size": 50,
+                                 **keys}, strict=False)  # fmt: skip (rnn, conv: no heads)
+    assert pipeline.parameter_count(cfg, task) == build_model(cfg, task).num_params()
+
+
+@pytest.mark.parametrize(("keys", "named"), [
+    ({"n_layers": 10**9}, "G parameters"),  # built layer by layer: hours
+    ({"pos": "learned", "max_len": 10**11}, "G parameters"),  # one table: the allocator fails
+    ({"d_model": 10**11}, "G parameters"),  # a weight of more than 2^63 elements
+    ({"param": "mup", "mup_base_width": 10**11}, "model.mup_base_width="),  # μP's base model
+])  # fmt: skip
+def test_a_model_too_large_for_memory_is_refused_before_it_is_built(
+    keys: dict, named: str
+) -> None:
+    from attnlab.models import ModelConfig
+    from fuzzing import time_limit
+
+    cfg = ModelConfig.from_dict({"name": "decoder_only", "d_model": 16, "n_heads": 2,
+                                 "vocab_size": 50, **keys})  # fmt: skip
+    with time_limit(20), pytest.raises(ConfigError, match=named):
+        pipeline.build_model_within_memory(cfg, "lm", "cpu")
+
+
 def test_is_primary_process_reads_slurm_procid(monkeypatch: pytest.MonkeyPatch) -> None:
     """submitit and srun start every task themselves: only task 0 writes train.log."""
     from attnlab.cli.rundir import is_primary_process
@@ -174,7 +211,7 @@ def test_weight_decay_groups_by_name_are_the_groups_by_shape(settings: dict, tas
     if settings["name"] == "rnn" and task == "classification":
         settings = {**settings, "pool": "attention"}
     cfg = ModelConfig.from_dict({"vocab_size": 30, "d_model": 16, "n_heads": 2, "n_layers": 1,
-                                 "max_len": 64, **settings})  # fmt: skip
+                                 "max_len": 64, **settings}, strict=False)  # fmt: skip
     model = build_model(cfg, task)
     for name, param in model.named_parameters():
         by_shape = param.dim() < 2 or "embedding" in name or "positions" in name
@@ -190,7 +227,7 @@ def test_vit_weight_decay_groups_by_name_are_the_groups_by_shape() -> None:
     for pool, pos in (("cls", "learned"), ("mean", "learned_2d")):
         cfg = ModelConfig.from_dict({"name": "vit", "d_model": 16, "n_heads": 2, "n_layers": 1,
                                      "image_size": 8, "channels": 3, "patch_size": 4,
-                                     "pool": pool, "pos": pos, "vocab_size": 0})  # fmt: skip
+                                     "pool": pool, "pos": pos})  # fmt: skip
         for name, param in build_model(cfg, "image_classification").named_parameters():
             assert _no_decay(name) == (param.dim() < 2 or "embedding" in name
                                        or "positions" in name), name  # fmt: skip

@@ -15,6 +15,9 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "attnlab"
 
 # package -> the attnlab packages it must never import
 FORBIDDEN = {
+    # the components' configs: torch-free declarations the command line is checked against
+    "components": {"nn", "models", "inference", "tasks", "data", "callbacks", "cli", "bench",
+                   "compare"},  # fmt: skip
     "nn": {"models", "inference", "tasks", "data", "callbacks", "cli", "bench", "compare"},
     "models": {"inference", "tasks", "data", "callbacks", "cli", "bench", "compare"},
     "inference": {"tasks", "data", "callbacks", "cli", "bench", "compare"},
@@ -98,7 +101,8 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-PACKAGES = ["nn", "models", "inference", "cli", "tasks", "data", "callbacks", "compare", "bench"]
+PACKAGES = ["components", "nn", "models", "inference", "cli", "tasks", "data", "callbacks",
+            "compare", "bench"]  # fmt: skip
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -111,8 +115,11 @@ def test_no_import_cycle_anywhere() -> None:
     assert not cycles(graph())
 
 
-def test_the_config_and_the_catalog_need_no_torch() -> None:
-    for name in ("attnlab.model_config", "attnlab.catalog", "attnlab.registry"):
+def test_the_config_and_the_components_need_no_torch() -> None:
+    names = ["attnlab.model_config", "attnlab.registry", "attnlab.value_checks",
+             *(m for m in MODULES if m.startswith("attnlab.components"))]  # fmt: skip
+    assert len(names) > 5
+    for name in names:
         assert not any(t.startswith("attnlab.") and t.split(".")[1] in FORBIDDEN["compare"]
                        for t in graph()[name]), name  # fmt: skip
         text = MODULES[name].read_text(encoding="utf-8")

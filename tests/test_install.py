@@ -4,11 +4,14 @@ would be a crash on a torch that pip accepts)."""
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import re
 from importlib import metadata
 from pathlib import Path
 
+import pytest
+import tomllib
 import torch
 from packaging.version import Version
 
@@ -41,3 +44,23 @@ def test_the_torch_apis_attnlab_calls_exist() -> None:
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     assert callable(create_block_mask) and callable(flex_attention)
+
+
+SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_every_console_script_also_runs_as_python_dash_m(script: str) -> None:
+    """docs/design.md: each script runs as ``python -m attnlab.<name>``: a package needs a
+    ``__main__`` module, a module its ``if __name__ == "__main__"`` call."""
+    module = SCRIPTS[script].split(":")[0]
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin is not None, module
+    if spec.submodule_search_locations is not None:  # a package
+        main = importlib.util.find_spec(f"{module}.__main__")
+        assert main is not None, f"python -m {module} fails: no {module}.__main__"
+        source = Path(main.origin).read_text(encoding="utf-8")
+        assert "main()" in source, source
+    else:
+        source = Path(spec.origin).read_text(encoding="utf-8")
+        assert 'if __name__ == "__main__":' in source, f"python -m {module} does nothing"

@@ -116,7 +116,8 @@ def test_rmsnorm_option_builds_rmsnorm_layers() -> None:
 
 @pytest.mark.parametrize("name,norm,extra", [
     ("decoder_only", "pre", {}), ("encoder_only", "post", {"embed_norm": True}),
-    ("encoder_decoder", "sandwich", {"qk_norm": True}), ("decoder_only", "pre", {"block": "parallel"}),
+    ("encoder_decoder", "sandwich", {"qk_norm": True}),
+    ("decoder_only", "pre", {"block": "parallel"}),
 ])  # fmt: skip
 def test_bias_false_removes_every_bias_of_the_layers_and_leaves_the_weights(
     name: str, norm: str, extra: dict
@@ -136,7 +137,8 @@ def test_bias_false_removes_every_bias_of_the_layers_and_leaves_the_weights(
 def test_bias_false_drops_the_counted_biases_and_computes_xw() -> None:
     d, d_ff, layers = 32, 128, 2
     difference = make("decoder_only").num_params() - make("decoder_only", bias=False).num_params()
-    # per Pre-LN layer: W_Q, W_K, W_V (3d), W_O (d), W₁ (d_ff), W₂ (d), two norms (2d); the final norm
+    # per Pre-LN layer: W_Q, W_K, W_V (3d), W_O (d), W₁ (d_ff), W₂ (d), two norms (2d);
+    # the final norm
     assert difference == layers * (3 * d + d + d_ff + d + 2 * d) + d
     ffn = make("decoder_only", bias=False).decoder.layers[0].ffn
     x = torch.randn(3, d)

@@ -32,7 +32,7 @@ def make(name: str, width: int, param: str, seed: int = 0, **keys: object) -> nn
               "param": param, "mup_base_width": 32, **keys}  # fmt: skip
     if name == "vit":
         values["pos"] = "learned"
-    cfg = ModelConfig.from_dict(values).with_data(data)
+    cfg = ModelConfig.from_dict(values, strict=False).with_data(data)  # SP drops the base width
     torch.manual_seed(seed)
     return build_model(cfg, task).eval()
 

@@ -188,6 +188,8 @@ def test_bad_input_is_one_line_with_exit_2_and_nothing_on_disk_is_touched(
         bad = tmp_path / "records.jsonl"
         bad.write_text('{"text": "fine"}\n{"text": "\\ud800 alone"}\n')
         args[0] = str(bad)
+        args.remove("--unit")  # records are documents: --unit does not apply (and is refused)
+        args.remove("line")
     elif case == "empty":
         (tmp_path / "blank.txt").write_text("\n\n  \n")
         args[0] = str(tmp_path / "blank.txt")
@@ -482,3 +484,70 @@ def test_an_unfinished_folder_continues_from_its_saved_state(
     assert f"after {saved['documents_done']:,} documents" in capsys.readouterr().out
     assert shard_sums(out) == shard_sums(tmp_path / "whole")
     assert not list(out.glob(".pending-*")) and not (out / prep.STATE).exists()
+
+
+@pytest.mark.parametrize(("option", "expect"), [
+    (["--tokenizer-sample-mb", "nan"], "--tokenizer-sample-mb must be"),
+    (["--tokenizer-sample-mb", "inf"], "--tokenizer-sample-mb must be"),
+    (["--tokenizer-sample-mb", "1e-9"], "--tokenizer-sample-mb must be"),  # a sample of no byte
+    (["--shard-tokens", str(2**64)], "--shard-tokens must lie between"),
+    (["--tokenizer", "bpe", "--vocab-size", str(2**64)], "--vocab-size must"),
+    (["--tokenizer", "bpe", "--vocab-size", str(2**31)], "--vocab-size must"),  # aborted
+    (["--out", "FILE/out"], "is a file, so the folder"),
+    (["--out", "DEEP"], "already holds prepared shards made from other inputs"),
+])  # fmt: skip
+def test_an_option_value_out_of_range_or_a_bad_out_is_one_line_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: list[str], expect: str
+) -> None:
+    good = tmp_path / "good.txt"
+    good.write_text(POEM * 50)
+    (tmp_path / "deep").mkdir()
+    (tmp_path / "deep" / "index.json").write_text("[" * 100_000)  # nested beyond recursion
+    option = [o.replace("FILE", str(good)).replace("DEEP", str(tmp_path / "deep"))
+              for o in option]  # fmt: skip
+    assert prep.main([str(good), "--out", str(tmp_path / "out"), "--tokenizer", "char",
+                      "--val-fraction", "0.2", "--workers", "0", *option]) == 2  # fmt: skip
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expect in lines[0], lines
+    assert not (tmp_path / "out").exists()
+    assert good.read_text() == POEM * 50
+
+
+def test_an_unavailable_hugging_face_dataset_is_named_as_the_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The error names attnlab-prepare's own argument and fix, not data=text's keys."""
+    assert prep.main(["hf:no_such_dataset_anywhere", "--out", str(tmp_path / "out"),
+                      "--val-fraction", "0.2"]) == 2  # fmt: skip
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: input: ") and "pass local files" in line, line
+    assert "data." not in line
+
+
+@pytest.mark.parametrize(("option", "expect"), [
+    (["--tokenizer", "char", "--vocab-size", "300"], "--vocab-size sizes a tokenizer"),
+    (["--tokenizer", "TOKENIZER", "--tokenizer-sample-mb", "1"], "--tokenizer-sample-mb is"),
+    (["--val", "TEXT", "--val-fraction", "0.1"], "--val-fraction draws validation documents"),
+    (["--test", "TEXT", "--test-fraction", "0.1"], "--test-fraction draws test documents"),
+    (["--streaming"], "--streaming applies to hf:<name> inputs"),
+    (["--text-field", "body"], "--text-field applies to JSON-lines"),
+    (["--hf-split", "validation"], "--hf-split applies to Hugging Face datasets"),
+    (["JSONL", "--unit", "line"], "--unit applies to text files"),
+])  # fmt: skip
+def test_an_option_that_does_not_apply_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: list[str], expect: str
+) -> None:
+    text, records, tokenizer = tmp_path / "in.txt", tmp_path / "in.jsonl", tmp_path / "t.json"
+    text.write_text("\n\n".join([POEM] * 50))  # 50 documents: prepared, were it not refused
+    records.write_text("".join(json.dumps({"text": f"{i}: {POEM}"}) + "\n" for i in range(50)))
+    from tokenizers import Tokenizer, models
+
+    Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]")).save(str(tokenizer))
+    names = {"TEXT": str(text), "JSONL": str(records), "TOKENIZER": str(tokenizer)}
+    option = [names.get(o, o) for o in option]
+    inputs = [option.pop(0)] if option[0] == str(records) else [str(text)]
+    assert prep.main([*inputs, "--out", str(tmp_path / "out"), "--val-fraction", "0.2",
+                      "--workers", "0", *option]) == 2  # fmt: skip
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expect in lines[0], lines
+    assert not (tmp_path / "out").exists()

@@ -40,7 +40,6 @@ from hydra._internal.utils import get_args_parser
 
 import attnlab.nn.norms as norms
 from attnlab.cli.compose import check_values, validate_overrides
-from documented import add_to_catalog
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -144,15 +143,18 @@ def compose_command(command: TrainCommand) -> None:
 
 
 @pytest.fixture
-def readme_variant_added(monkeypatch: pytest.MonkeyPatch) -> None:
-    """docs/extending.md's ReZero class as if pasted into norms.py, and its documented line
-    in the catalog (both restored after the test)."""
-    section = EXTENDING.read_text(encoding="utf-8").split(f"## {VARIANT_SECTION}", 1)[1]
-    match = re.search(r"```python\n(.*?)```", section, flags=re.DOTALL)
-    assert match, f"{EXTENDING} has no python block under '{VARIANT_SECTION}'"
+def readme_variant_added(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """docs/extending.md's ReZero class, config and YAML line, as written (restored after the
+    test)."""
+    from documented import block_with, conf_with, declare, section
+
+    variant = section(VARIANT_SECTION)
     namespace = dict(vars(norms))
-    exec(compile(match.group(1), str(EXTENDING), "exec"), namespace)
-    add_to_catalog(monkeypatch, "model.norm", "rezero", section, namespace)
+    exec(compile(block_with(variant, "class ReZeroResidual"), str(EXTENDING), "exec"), namespace)
+    declare(monkeypatch, block_with(variant, "class ReZeroConfig"), "attnlab.components.layers",
+            {"ReZeroResidual": namespace["ReZeroResidual"]})  # fmt: skip
+    conf_with(monkeypatch, tmp_path, {"model/_base.yaml": block_with(variant, "rezero_alpha",
+                                                                     kind="yaml")})  # fmt: skip
 
 
 def readme_cases() -> list:

@@ -241,9 +241,14 @@ def test_bad_options_are_refused_naming_the_key(overrides: dict, key: str) -> No
         ModelConfig.from_dict(dict(name="rnn", vocab_size=VOCAB, **overrides))
 
 
-def test_transformer_only_keys_are_accepted_and_unused() -> None:
-    model = make(norm="post", pos="rope", ffn="swiglu", n_heads=2, attn_impl="math")
-    assert model.stacks() == {}
+@pytest.mark.parametrize("key", ["norm", "pos", "ffn", "n_heads", "attn_impl", "qk_norm"])
+def test_a_transformer_key_is_refused_naming_who_reads_it(key: str) -> None:
+    value = {"norm": "post", "pos": "rope", "ffn": "swiglu", "n_heads": 2, "attn_impl": "math",
+             "qk_norm": True}[key]  # fmt: skip
+    with pytest.raises(ConfigError, match=rf"model\.{key}=.* applies to .*decoder_only.*, "
+                       r"not model=rnn; remove it"):  # fmt: skip
+        make(**{key: value})
+    assert make().stacks() == {}
 
 
 # -- (8) through the real configs --------------------------------------------------------------

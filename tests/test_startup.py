@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.catalog import CATALOG, locate
 from attnlab.cli.help import config_groups, help_text
+from attnlab.components import FAMILIES, locate
 from attnlab.errors import ConfigError
 from attnlab.registry import check_model_names, known_names
 
@@ -70,29 +70,28 @@ def test_a_bad_value_is_refused_before_torch_with_no_run_directory(
     assert not (tmp_path / "logs").exists()
 
 
-def test_the_catalog_names_every_registry_and_where_each_class_lives() -> None:
+def test_each_family_names_its_components_and_where_each_class_lives() -> None:
+    """Every component a family declares builds a class that imports, and the torch-side
+    registry of its key hands out that very class; no module makes a registry of its own."""
     from attnlab.models import ARCHITECTURES
     from attnlab.nn.attention_kinds import ATTENTION_KINDS
     from attnlab.nn.feedforward import FEEDFORWARDS
     from attnlab.nn.norms import NORM_TYPES, RESIDUALS
     from attnlab.nn.positions import POSITIONS
     from attnlab.registry import Registry
-    from attnlab.tasks import TASKS
 
-    registries = [ARCHITECTURES, ATTENTION_KINDS, FEEDFORWARDS, NORM_TYPES, RESIDUALS, POSITIONS,
-                  TASKS]  # fmt: skip
-    assert set(CATALOG) == {r.key for r in registries}
+    registries = [ARCHITECTURES, ATTENTION_KINDS, FEEDFORWARDS, NORM_TYPES, RESIDUALS, POSITIONS]
     for registry in registries:
-        entry = CATALOG[registry.key]
-        assert locate(entry.registry) is registry
-        assert sorted(entry.names) == registry.names(), registry.key
-        for name, where in entry.names.items():
-            module, _, cls = where.partition(":")
-            assert registry.get(name) is locate(where) and registry.get(name).__name__ == cls
-    # no module of attnlab makes a Registry the catalog does not list
+        key = "name" if registry.key == "model" else registry.key.removeprefix("model.")
+        assert registry.family is FAMILIES[key]
+        assert registry.names() == registry.family.names(), registry.key
+        for config in registry.family:
+            module, _, cls = config.builds.partition(":")
+            assert registry.get(config.name) is locate(config.builds), config.builds
+            assert registry.get(config.name).__name__ == cls
     made = {key for path in (REPO / "src" / "attnlab").rglob("*.py")
-            for key in re.findall(r'Registry\("([^"]+)"\)', path.read_text(encoding="utf-8"))}
-    assert made == set(CATALOG)
+            for key in re.findall(r'Registry\("([^"]+)"', path.read_text(encoding="utf-8"))}
+    assert made == {r.key for r in registries} | {"data task"}
     assert all(isinstance(r, Registry) for r in registries)
 
 

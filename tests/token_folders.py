@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -50,3 +54,22 @@ def signal_setting(root: Path, megabytes: float = 12) -> list[str]:
     BPETokenizer.train(sample, 1000).save(root / "bpe.json")
     return [str(corpus), "--tokenizer", str(root / "bpe.json"), "--val-fraction", "0.01",
             "--shard-tokens", "300000"]  # fmt: skip
+
+
+# a model and run small enough that two steps on a prepared folder take a fraction of a second
+TRAIN_ON = ["model=decoder_only", "data=tokens", "data.block_size=32", "data.batch_size=4",
+            "model.d_model=16", "model.n_heads=2", "model.n_layers=1", "trainer.max_steps=2",
+            "trainer.enable_progress_bar=false", "test=false", "callbacks=none"]  # fmt: skip
+
+
+def edit_index(folder: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    """Rewrite ``folder``'s index.json with ``change`` applied to it."""
+    index = json.loads((folder / "index.json").read_text())
+    change(index)
+    (folder / "index.json").write_text(json.dumps(index))
+
+
+def copy_folder(folder: Path, to: Path) -> Path:
+    """A copy of a prepared folder to damage (the original stays as prepare wrote it)."""
+    shutil.rmtree(to, ignore_errors=True)
+    return Path(shutil.copytree(folder, to))

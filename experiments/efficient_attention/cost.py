@@ -29,6 +29,10 @@ TRAIN_LENGTHS = (1024, 4096)
 TRAIN_BATCH = 4
 
 
+# the sparse kinds' own keys, as run.sh's LM sweep sets them (LM_SPARSE)
+SPARSE = {"window": 128, "n_global": 1, "attn_block": 64, "n_random": 2}
+
+
 def study_shape() -> dict[str, Any]:
     """``model.*`` of experiment=study_efficient_lm, with the data's vocabulary size."""
     from attnlab.cli import pipeline
@@ -42,13 +46,21 @@ def study_shape() -> dict[str, Any]:
     return {**container(cfg.model), "vocab_size": datamodule.vocab_size}
 
 
+def kind_settings(shape: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The study's model with attention ``kind`` and the sparse keys that kind reads."""
+    from attnlab.model_config import ModelConfig
+
+    values = {**shape, **SPARSE, "attention": kind}
+    return ModelConfig.from_dict(values, strict=False).to_dict()
+
+
 def training_cost(shape: dict[str, Any], threads: int | None) -> None:
     from attnlab.bench.long_context import run_point
 
     points: dict[str, dict[int, dict[str, Any]]] = {kind: {} for kind in KINDS}
     for length in TRAIN_LENGTHS:
         for kind in KINDS:
-            settings = {**shape, "attention": kind}
+            settings = kind_settings(shape, kind)
             points[kind][length] = run_point(kind, length, "cpu", threads, settings, TRAIN_BATCH)
     header = " | ".join(f"T={t} step s | T={t} peak MiB" for t in TRAIN_LENGTHS)
     print(f"| kind | {header} | memory / full at T={TRAIN_LENGTHS[-1]} |")

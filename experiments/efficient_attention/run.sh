@@ -15,15 +15,20 @@ source "$(dirname "$0")/../study.sh"
 SEEDS="${SEEDS:-0,1,2}"
 BASE="${SWEEP:-logs/study_efficient/$STAMP}"
 KINDS=full,sliding_window,longformer,bigbird,linear
+# the sparse kinds' own keys, read by the kinds that take them (full and linear read none)
+LM_SPARSE="model.window=128 model.n_global=1 model.attn_block=64 model.n_random=2"
+MQAR_SPARSE="model.window=32 model.n_global=1 model.attn_block=16 model.n_random=2"
 LM="$(sweep_dir lm "$BASE/lm")" LM_KV="$(sweep_dir lm_kv "$BASE/lm_kv")"
 MQAR="$(sweep_dir mqar "$BASE/mqar")"
 
 lm() {
-  train_sweep lm "$LM" experiment=study_efficient_lm seed="$SEEDS" model.attention=$KINDS "$@"
+  train_sweep lm "$LM" experiment=study_efficient_lm seed="$SEEDS" model.attention=$KINDS \
+    $LM_SPARSE "$@"
   train_sweep lm_kv "$LM_KV" experiment=study_efficient_lm seed="$SEEDS" model.n_kv_heads=2,1 "$@"
 }
 mqar() {
-  train_sweep mqar "$MQAR" experiment=study_efficient_mqar seed="$SEEDS" model.attention=$KINDS "$@"
+  train_sweep mqar "$MQAR" experiment=study_efficient_mqar seed="$SEEDS" model.attention=$KINDS \
+    $MQAR_SPARSE "$@"
 }
 if [ -z "${SKIP_TRAIN:-}" ]; then
   OMP_NUM_THREADS=1 lm "$@" > /dev/null & OMP_NUM_THREADS=1 mqar "$@" > /dev/null & wait

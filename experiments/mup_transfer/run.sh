@@ -26,8 +26,10 @@ SP="$(sweep_dir sp "$BASE/sp")" MUP="$(sweep_dir mup "$BASE/mup")"
 SP_HIGH="$(sweep_dir sp_high "$BASE/sp_high")" MUP_HIGH="$(sweep_dir mup_high "$BASE/mup_high")"
 
 grid() {  # PARAM NAME SWEEP LRS [OVERRIDE...]
+  local base=()  # μP's own key: its base width (SP reads none)
+  [ "$1" = mup ] && base=(model.mup_base_width=32)
   train_sweep "$2" "$3" experiment=study_mup_transfer model.param="$1" \
-    model.d_model="$WIDTHS" optim.lr="$4" "${@:5}"
+    model.d_model="$WIDTHS" optim.lr="$4" "${base[@]}" "${@:5}"
 }
 both() {  # PARAM SWEEP HIGH_SWEEP [OVERRIDE...]
   grid "$1" "$1" "$2" "$LRS" "${@:4}"

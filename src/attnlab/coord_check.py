@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import contextlib
 import json
+import math
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -62,6 +64,10 @@ def tokens(check: CoordCheck, vocab: int = 64) -> tuple[Tensor, int]:
         except (OSError, UnicodeDecodeError) as error:
             raise ConfigError(f"--text {check.text}: cannot read it as UTF-8 text ({error}); "
                               "pass a plain text file") from None  # fmt: skip
+        if len(raw) < check.block + 2:  # a batch row is block + 1 characters, at any offset
+            raise ConfigError(f"--text {check.text} has {len(raw)} characters; the check reads "
+                              f"rows of {check.block + 1}: pass a text of {check.block + 2} "
+                              "characters or more")  # fmt: skip
         chars = sorted(set(raw))
         index = {c: i for i, c in enumerate(chars)}
         return torch.tensor([index[c] for c in raw], dtype=torch.long), len(chars)
@@ -100,20 +106,18 @@ def _hooks(model: nn.Module, record: dict[str, list[float]]) -> list[Any]:
 
 def measure(check: CoordCheck) -> dict[str, Any]:
     """{param: {layer type: [[mean |x| per width] per step]}} averaged over seeds."""
-    from attnlab.models import ModelConfig, build_model
+    from attnlab.models import build_model
     from attnlab.models.parametrization import lr_multipliers
     from attnlab.options import OptimConfig
     from attnlab.tasks.base import param_groups
 
     data, vocab = tokens(check)
+    configs = model_configs(check, vocab)
     results: dict[str, Any] = {}
     for param in check.params:
         table = {t: [[0.0] * len(check.widths) for _ in range(check.steps)] for t in LAYER_TYPES}
         for w_index, width in enumerate(check.widths):
-            settings = {"name": "decoder_only", "n_layers": 2, "n_heads": 4, "dropout": 0.0,
-                        "max_len": check.block, **check.model, "d_model": width,
-                        "param": param}  # fmt: skip
-            cfg = ModelConfig.from_dict(settings).with_data({"vocab_size": vocab})
+            cfg = configs[param, width]
             for seed in range(check.seeds):
                 torch.manual_seed(seed)
                 model = build_model(cfg, "lm").train()
@@ -142,6 +146,46 @@ def measure(check: CoordCheck) -> dict[str, Any]:
                     handle.remove()
         results[param] = table
     return results
+
+
+# set by the command itself: --widths, --param, the data's vocabulary; and what a model
+# outside the decoder-only Transformer would need (images)
+SET_HERE = {"d_model": "--widths", "param": "--param", "vocab_size": "the data",
+            "image_size": "image data", "channels": "image data", "patch_size": "image data"}
+
+
+def model_configs(check: CoordCheck, vocab: int) -> dict[tuple[str, int], Any]:
+    """The checked ModelConfig of every (parametrisation, width), before anything trains."""
+    from attnlab.cli.pipeline import check_memory
+    from attnlab.models import ModelConfig
+    from attnlab.nn.positions import POSITIONS
+
+    for key, source in SET_HERE.items():
+        if key in check.model:
+            raise ConfigError(f"model.{key} is set by {source} here, not by an override; "
+                              f"drop model.{key}={check.model[key]}")  # fmt: skip
+    name = check.model.get("name", "decoder_only")
+    if name != "decoder_only":
+        raise ConfigError(f"model.name={name}: the coordinate check measures μP, which applies "
+                          "to Transformer architectures, on a decoder-only language model; "
+                          "drop model.name")  # fmt: skip
+    configs = {}
+    defaults = {"name": "decoder_only", "n_layers": 2, "n_heads": 4, "dropout": 0.0,
+                "max_len": check.block}  # fmt: skip
+    # every override must be read by the μP model (SP reads all but μP's own keys)
+    ModelConfig.from_dict({**defaults, **check.model, "param": "mup"})
+    for param in check.params:
+        for width in check.widths:
+            settings = {**defaults, **check.model, "d_model": width, "param": param}
+            cfg = ModelConfig.from_dict(settings, strict=False).with_data({"vocab_size": vocab})
+            if POSITIONS.get(cfg.pos).max_len_bound and cfg.max_len < check.block:
+                raise ConfigError(f"model.max_len={cfg.max_len} is shorter than the check's "
+                                  f"rows of {check.block} tokens under model.pos={cfg.pos}; "
+                                  f"drop it or set model.max_len>={check.block}")  # fmt: skip
+            configs[param, width] = cfg
+    for param in check.params:  # the widest model of each parametrisation fits in memory
+        check_memory(configs[param, max(check.widths)], "cpu", "lm")
+    return configs
 
 
 def slope(widths: tuple[int, ...], values: list[float]) -> float:
@@ -201,11 +245,18 @@ def plot(check: CoordCheck, results: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one ``error:`` line like every other mistake."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(f"{message}; see attnlab-coordcheck --help")
+
+
 def parse(argv: list[str]) -> CoordCheck:
     from attnlab.cli.common import plain_text
+    from attnlab.cli.compose import parse_one
 
-    parser = argparse.ArgumentParser(prog="attnlab-coordcheck",
-                                     description=plain_text(__doc__.split("\n")[0]))  # fmt: skip
+    parser = _Parser(prog="attnlab-coordcheck", description=plain_text(__doc__.split("\n")[0]))
     parser.add_argument("--widths", type=int, nargs="+", default=[64, 128, 256, 512, 1024])
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--lr", type=float, default=1e-2)
@@ -214,34 +265,59 @@ def parse(argv: list[str]) -> CoordCheck:
     parser.add_argument("--text", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=Path("coord_check"))
     parser.add_argument("overrides", nargs="*", help="model.KEY=VALUE")
-    args = parser.parse_args(argv)
-    if len(args.widths) < 2 or args.steps < 1 or args.seeds < 1:
-        raise ConfigError("attnlab-coordcheck needs two widths or more, --steps >= 1 and "
-                          "--seeds >= 1; pass e.g. --widths 64 128 256")  # fmt: skip
+    # model.KEY=VALUE may follow --widths W… (which would take it for a width)
+    overrides = [a for a in argv if a.startswith("model.")]
+    args = parser.parse_args([a for a in argv if a not in overrides])
+    args.overrides += overrides
+    if len(set(args.widths)) < 2 or args.steps < 1 or args.seeds < 1:
+        raise ConfigError("attnlab-coordcheck needs two distinct widths or more, --steps >= 1 "
+                          "and --seeds >= 1; pass e.g. --widths 64 128 256")  # fmt: skip
+    for option, values in (("--widths", args.widths), ("--param", args.param)):
+        repeated = next((v for v in values if values.count(v) > 1), None)
+        if repeated is not None:
+            raise ConfigError(f"{option} names {repeated} twice; give each once")
+    if min(args.widths) < 1:
+        raise ConfigError(f"--widths {min(args.widths)}: a width is a positive d_model")
+    if not math.isfinite(args.lr) or args.lr <= 0:
+        raise ConfigError(f"--lr {args.lr} must be a positive number; pass e.g. --lr 0.01")
     model: dict[str, Any] = {}
     for item in args.overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key.startswith("model."):
+        key, sep, _ = item.partition("=")
+        if not sep or not key.startswith("model.") or key == "model.":
             raise ConfigError(f"{item}: expected model.KEY=VALUE; e.g. model.norm=post")
-        import yaml
-
-        model[key.removeprefix("model.")] = yaml.safe_load(value)
-    check = CoordCheck(widths=tuple(args.widths), steps=args.steps, lr=args.lr,
+        if key.removeprefix("model.") in model:
+            raise ConfigError(f"{key} is given twice; give it once")
+        model[key.removeprefix("model.")] = parse_one(item)
+    check = CoordCheck(widths=tuple(sorted(args.widths)), steps=args.steps, lr=args.lr,
                        params=tuple(args.param), seeds=args.seeds, model=model,
                        text=args.text, out=args.out)  # fmt: skip
     return check
 
 
-def main(argv: list[str] | None = None) -> int:
+def claim_output(out: Path) -> None:
+    """Create ``out`` and write a file into it, so that an unwritable folder is refused
+    before the measuring; what this made is removed again."""
+    import tempfile
+
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file; pass a folder")
+    missing = [p for p in (out, *out.parents) if not p.exists()]
     try:
-        check = parse(sys.argv[1:] if argv is None else argv)
-        out = check.out
-        if out.exists() and not out.is_dir():
-            raise ConfigError(f"--out {out} is a file; pass a folder")
-        results = measure(check)
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out) as probe:
+            probe.write(b"attnlab-coordcheck")
+            probe.flush()
+    except OSError as error:
+        raise ConfigError(f"--out {out} cannot be written ({error.strerror or error}); "
+                          "choose a writable folder") from None  # fmt: skip
+    finally:
+        for folder in missing:  # innermost first
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+
+def write_results(check: CoordCheck, results: dict[str, Any]) -> None:
+    out = check.out
     out.mkdir(parents=True, exist_ok=True)
     text = report(check, results)
     print(text)
@@ -252,7 +328,34 @@ def main(argv: list[str] | None = None) -> int:
     (out / "coord_check.json").write_text(json.dumps(payload, indent=1), encoding="utf-8")
     plot(check, results, out / "coord_check.png")
     print(f"wrote {out / 'coord_check.png'}, coord_check.json, coord_check.md")
+
+
+def run(argv: list[str]) -> int:
+    from attnlab.cli.common import plain_text, user_errors
+
+    if {"-h", "--help"} & set(argv):
+        print(plain_text(__doc__))
+        return 0
+    check = parse(argv)
+    model_configs(check, tokens(check)[1])  # every model is checked before measuring
+    fix = "choose a writable --out folder"
+    with user_errors(check.out, fix=fix):
+        claim_output(check.out)
+    results = measure(check)
+    with user_errors(check.out, fix=fix):
+        write_results(check, results)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: 0, or 2 with one ``error:`` line."""
+    from attnlab.cli.common import user_errors
+
+    try:
+        with user_errors():
+            return run(sys.argv[1:] if argv is None else argv)
+    except SystemExit as exc:  # user_errors printed one `error: …` line
+        return int(exc.code or 0)
 
 
 if __name__ == "__main__":

@@ -109,7 +109,7 @@ def load_model(cfg: Any, ckpt: Path, vocab_size: int, device: str, task: str) ->
     from attnlab.models import ModelConfig, build_model
 
     settings = {**(resolved(cfg, "model") or {}), "vocab_size": vocab_size}
-    model_cfg = ModelConfig.from_dict(settings)
+    model_cfg = ModelConfig.from_dict(settings, strict=False)
     checkpoint = read_checkpoint(ckpt)
     # the task's state_dict holds the model under "model."; other entries are task metrics
     state = {

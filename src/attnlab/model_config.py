@@ -1,170 +1,170 @@
-"""The model configuration (``conf/model/*.yaml``): one object, passed whole to every part.
+"""A model's config: the keys of its architecture and of the components it chose (no torch).
 
-It needs no torch. Each key declares its own rule (``rule``) next to its default; the
-registry-backed keys are read against :mod:`attnlab.catalog`; what involves a component's
-equations (a head size RoPE can rotate, the norm a parallel block shares, the biases a
-sparse pattern cannot take) is checked by the component itself, through the
-architecture's ``check`` (:meth:`attnlab.models.interface.Architecture.check`).
+``model.*`` on the command line is flat (``model.window=64``); which keys a model has is
+not: an architecture (``model=decoder_only``) names the parts it always has and the
+families it chooses from, each chosen component declares the keys it reads
+(:mod:`attnlab.components`), and :meth:`ModelConfig.from_dict` resolves one model:
+
+1. the architecture, then each family's chosen component (the value set, else the
+   architecture's default, else the family's);
+2. a key that was set but that none of these reads is refused, naming who would read it;
+3. every key it reads takes the value set, else the architecture's default, else its own;
+4. each value is checked against its key's type and rule, then the rules between
+   components (:mod:`attnlab.components.rules`), then each component's own ``check``.
+
+A value ``???`` (Hydra's "missing", which ``conf/model/_base.yaml`` gives every key) is not
+set. The resolved config holds the keys its model reads and no others.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from attnlab.catalog import MODEL_KEYS, locate, registry
+import attnlab.components  # noqa: F401  (declares every built-in component)
+from attnlab.components.architectures import FROM_DATA, INITS, TIE_OPTIONS  # noqa: F401
+from attnlab.components.core import FAMILIES, KEYS, ComponentConfig
+from attnlab.components.rules import check_rules
 from attnlab.errors import ConfigError
+from attnlab.value_checks import describe, matches, nearest
 
-ATTN_IMPLS = ("sdpa", "math", "flex")  # flex: the sparse kinds through FlexAttention
-INITS = ("paper", "xavier", "gpt2")
-TIE_OPTIONS = {True: "all", False: "none", "all": "all", "none": "none", "output": "output"}
-BLOCKS = ("sequential", "parallel")
-CELLS = ("lstm", "gru", "rnn")  # model=rnn: torch.nn.LSTM / GRU / RNN (tanh)
-RNN_ATTENTIONS = ("bahdanau", "luong_dot", "luong_general", "none")
-PARAMETRIZATIONS = ("sp", "mup")  # model.param
-
-Rule = Callable[[str, Any], None]  # (key, value): raise ConfigError naming both
+ARCHITECTURES = FAMILIES["name"]
+ATTN_IMPLS = tuple(FAMILIES["attn_impl"].names())
+BLOCKS = tuple(FAMILIES["block"].names())
+PARAMETRIZATIONS = tuple(FAMILIES["param"].names())
+MISSING = "???"
 
 
-def positive(key: str, value: Any) -> None:
-    if not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"model.{key}={value} must be a positive integer")
+def is_set(value: Any) -> bool:
+    return not (isinstance(value, str) and value == MISSING)
 
 
-def positive_or_null(key: str, value: Any) -> None:
-    if value is not None and (not isinstance(value, int) or value <= 0):
-        raise ConfigError(f"model.{key}={value} must be a positive integer (or null)")
+def every_key() -> dict[str, Any]:
+    """Each key any component reads (its family's name for a choosing key), with its default."""
+    out: dict[str, Any] = {"name": ARCHITECTURES.default}
+    out.update({key: family.default for key, family in FAMILIES.items() if key != "name"})
+    out.update({key: declared.default for key, declared in KEYS.items()})
+    return out
 
 
-def at_least_zero(key: str, value: Any) -> None:
-    if not isinstance(value, int) or value < 0:
-        raise ConfigError(f"model.{key}={value} must be an integer >= 0")
-
-
-def non_negative(key: str, value: Any) -> None:
-    if not isinstance(value, int) or value < 0:
-        raise ConfigError(f"model.{key}={value} must be a non-negative integer")
-
-
-def probability(key: str, value: Any) -> None:
-    if not 0.0 <= float(value) < 1.0:
-        raise ConfigError(f"model.{key}={value} must be in [0, 1)")
-
-
-def one_of(*allowed: Any) -> Rule:
-    def check(key: str, value: Any) -> None:
-        if value not in allowed:
-            choices = ", ".join(str(a) for a in allowed)
-            raise ConfigError(f"model.{key}={value} is not valid; use one of: {choices}")
-
-    return check
-
-
-def tie_option(key: str, value: Any) -> None:
-    if value not in TIE_OPTIONS:
-        raise ConfigError(f"model.{key}={value} is not valid; use true (all), output, or false")
-
-
-def rule(default: Any, check: Rule) -> Any:
-    """A key with a default and the rule its value must meet."""
-    return field(default=default, metadata={"rule": check})
-
-
-@dataclass
 class ModelConfig:
-    """Every architecture accepts every key; see docs/design.md, "Model keys".
+    """The keys of one model and their values. ``from_dict`` resolves and checks them (a key
+    the model does not read is refused); ``ModelConfig(**values)`` takes every known key with
+    its default, and these values, unchecked (``validated()`` checks them)."""
 
-    The defaults are those of ``conf/model/_base.yaml`` (a test compares them). The
-    registry-backed keys (``name``, ``norm``, ``norm_type``, ``pos``, ``ffn``,
-    ``attention``) take any name of :mod:`attnlab.catalog` or one registered at run time.
-    """
-
-    name: str = "encoder_decoder"
-    vocab_size: int = 0  # filled in from the data module
-    d_model: int = rule(64, positive)
-    n_heads: int = rule(4, positive)
-    d_ff: int | None = rule(None, positive_or_null)  # None: 4·d_model (⅔ of that gated)
-    n_layers: int = rule(2, positive)
-    n_encoder_layers: int | None = rule(None, positive_or_null)  # encoder_decoder; None: n_layers
-    n_decoder_layers: int | None = rule(None, positive_or_null)
-    dropout: float = rule(0.1, probability)
-    attn_dropout: float = rule(0.0, probability)
-    norm: str = "pre"
-    norm_type: str = "layernorm"
-    pos: str = "sinusoidal"
-    ffn: str = "relu"
-    attn_impl: str = rule("sdpa", one_of(*ATTN_IMPLS))
-    max_len: int = rule(512, positive)
-    tie_embeddings: bool | str = rule(True, tie_option)  # true/"all", "output", false/"none"
-    scale_embeddings: bool = True  # token embeddings × √d_model (§3.4)
-    embed_norm: bool = False  # a norm over token + position embeddings (BERT)
-    bias: bool = True  # false: no biases in the Transformer layers' linear maps and norms
-    init: str = rule("paper", one_of(*INITS))
-    prefix_lm: bool = False  # decoder_only seq2seq: bidirectional attention over the source
-    pad_id: int = 0
-    compile: bool = False
-    activation_checkpointing: bool = False
-    n_kv_heads: int | None = None  # grouped-query attention; 1: multi-query; None: n_heads
-    qk_norm: bool = False  # normalise queries and keys per head (Dehghani et al. 2023)
-    block: str = rule("sequential", one_of(*BLOCKS))  # parallel: GPT-J / PaLM, attention ∥ FFN
-    attention: str = "full"  # model.attention: full | sliding_window | longformer | bigbird | …
-    window: int = rule(256, positive)  # sliding_window, longformer: w
-    n_global: int = rule(1, positive)  # longformer: global tokens at the start
-    attn_block: int = rule(64, positive)  # query block of the sparse kernels; bigbird's block
-    n_random: int = rule(2, at_least_zero)  # bigbird: random key blocks per query block
-    linformer_k: int = rule(256, positive)  # linformer: keys and values projected to k rows
-    pool: str | None = None  # classification pooling; None: the architecture's default
-    # model=vit: filled in from the image data module (data.image_size, channels, patch_size)
-    image_size: int = rule(0, non_negative)
-    channels: int = rule(0, non_negative)
-    patch_size: int = rule(0, non_negative)
-    # model=rnn: the recurrent baselines (Bahdanau et al. 2015; Luong et al. 2015)
-    cell: str = rule("lstm", one_of(*CELLS))
-    rnn_attention: str = rule("bahdanau", one_of(*RNN_ATTENTIONS))
-    input_feeding: bool = False  # Luong §3.3: feed the attentional vector to the next step
-    bidirectional: bool = True  # the encoder reads the source both ways
-    # model=conv: ConvS2S (Gehring et al. 2017) and the gated convolutional LM
-    kernel_size: int = rule(3, positive)  # k: each convolution's width
-    conv_channels: int | None = rule(None, positive_or_null)  # the blocks' width; None: d_model
-    # the parametrisation (attnlab.models.parametrization): sp, or μP (Yang et al. 2022)
-    # relative to the model at d_model = mup_base_width
-    param: str = rule("sp", one_of(*PARAMETRIZATIONS))
-    mup_base_width: int = rule(64, positive)
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> ModelConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
+    def __init__(self, **values: Any) -> None:
+        unknown = sorted(set(values) - set(every_key()))
         if unknown:
-            raise ConfigError(
-                f"model.{unknown[0]} is not a model key; remove it or use one of: "
-                f"{', '.join(sorted(known))}"
-            )
-        return cls(**values).validated()
+            raise TypeError(f"ModelConfig has no key {unknown[0]!r}")
+        self._values = {**every_key(), **values}
+
+    # -- resolution ----------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], strict: bool = True) -> ModelConfig:
+        """The model ``values`` describe, checked. ``strict=False`` drops the keys this model
+        does not read instead of refusing them (a run saved before they were refused)."""
+        resolved = cls.__new__(cls)
+        resolved._values = resolve(values, strict)
+        return resolved.validated(types=True)
+
+    def validated(self, types: bool = False) -> ModelConfig:
+        """Raise ConfigError naming the key and the fix for any invalid value: each key's type
+        (``types``) and rule, the rules between components, then each component's check."""
+        declared = {**KEYS}
+        for key, value in self._values.items():
+            if key in FAMILIES:
+                FAMILIES[key].get(value)
+                continue
+            rule = declared.get(key)
+            if rule is None:
+                continue
+            if types and not matches(value, rule.type):
+                shown = "null" if value is None else value
+                raise ConfigError(f"model.{key}={shown} must be {describe(rule.type)}")
+            if rule.rule is not None:
+                rule.rule(key, value)
+        check_rules(self)
+        for component in self.components():
+            component.check(self)
+        return self
 
     def with_data(self, values: dict[str, Any]) -> ModelConfig:
         """This (validated) config with the keys only the data knows (``vocab_size``, an
         image data module's sizes), each checked by its own rule."""
-        unknown = sorted(set(values) - {f.name for f in fields(self)})
+        for key, value in values.items():
+            if key not in FROM_DATA or key not in self._values:
+                raise ConfigError(f"model.{key} is not a key of model={self.name}; remove it")
+            rule = KEYS[key].rule
+            if rule is not None:
+                rule(key, value)
+        return self.replace(**values)
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        """A copy with ``changes`` (keys this config holds), unchecked."""
+        unknown = sorted(set(changes) - set(self._values))
         if unknown:
-            raise ConfigError(f"model.{unknown[0]} is not a model key; remove it")
-        filled = replace(self, **values)
-        for f in fields(filled):
-            if f.name in values and "rule" in f.metadata:
-                f.metadata["rule"](f.name, values[f.name])
-        return filled
+            raise ConfigError(f"model.{unknown[0]} is not a key of model={self.name}")
+        copy = type(self).__new__(type(self))
+        copy._values = {**self._values, **changes}
+        return copy
+
+    # -- reading -------------------------------------------------------------------------
+    def __getattr__(self, key: str) -> Any:
+        if key.startswith("_"):
+            raise AttributeError(key)
+        try:
+            return self._values[key]
+        except KeyError:
+            raise AttributeError(f"model={self._values.get('name')} has no key {key!r} "
+                                 "(no component of it reads one)") from None  # fmt: skip
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._values.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._values
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ModelConfig) and self._values == other._values
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted((k, repr(v)) for k, v in self._values.items())))
+
+    def __repr__(self) -> str:
+        return f"ModelConfig({', '.join(f'{k}={v!r}' for k, v in self._values.items())})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_values": self._values}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._values = state["_values"]
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return dict(self._values)
+
+    @property
+    def architecture(self) -> type[ComponentConfig]:
+        return ARCHITECTURES.get(self.name)
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        return self.architecture.families  # type: ignore[attr-defined]
+
+    def component(self, key: str) -> Any:
+        """The config of the component ``model.<key>`` chose (``"ffn"`` → SwiGLU's)."""
+        return FAMILIES[key].get(self._values[key])
+
+    def components(self) -> list[Any]:
+        """The architecture, the parts it always has, and the components it chose."""
+        arch = self.architecture
+        return [arch, *arch.parts, *(self.component(key) for key in self.families)]  # type: ignore[attr-defined]
 
     @property
     def encoder_layers(self) -> int:
-        return self.n_encoder_layers or self.n_layers
+        return self.get("n_encoder_layers") or self.n_layers
 
     @property
     def decoder_layers(self) -> int:
-        return self.n_decoder_layers or self.n_layers
+        return self.get("n_decoder_layers") or self.n_layers
 
     @property
     def d_head(self) -> int:
@@ -172,19 +172,61 @@ class ModelConfig:
 
     @property
     def ff_dim(self) -> int:
-        return self.d_ff or locate("attnlab.nn.feedforward:default_d_ff")(self.ffn, self.d_model)
+        return self.d_ff or self.component("ffn").default_d_ff(self.d_model)
 
     @property
     def tie(self) -> str:
         return TIE_OPTIONS[self.tie_embeddings]
 
-    def validated(self) -> ModelConfig:
-        """Raise ConfigError naming the key and the fix for any invalid value: each key's
-        rule, the registries' names, then the architecture's check of what it builds."""
-        for f in fields(self):
-            if "rule" in f.metadata:
-                f.metadata["rule"](f.name, getattr(self, f.name))
-        for key, attribute in MODEL_KEYS.items():
-            registry(key).get(getattr(self, attribute))
-        registry("model").get(self.name).check(self)
-        return self
+
+def resolve(values: dict[str, Any], strict: bool = True) -> dict[str, Any]:
+    """The keys the model of ``values`` reads, each with its value (see the module's doc)."""
+    given = {key: value for key, value in values.items() if is_set(value)}
+    known = set(every_key())
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise ConfigError(f"model.{unknown[0]} is not a config key; "
+                          f"{nearest(unknown[0], known, 'model.')}")  # fmt: skip
+    arch = ARCHITECTURES.get(given.get("name", ARCHITECTURES.default))
+    chosen = {"name": arch.name}
+    for key in arch.families:  # type: ignore[attr-defined]
+        family = FAMILIES[key]
+        chosen[key] = family.get(given.get(key, arch.defaults.get(key, family.default))).name  # type: ignore[attr-defined]
+    parts = [arch, *arch.parts, *(FAMILIES[k].get(chosen[k]) for k in arch.families)]  # type: ignore[attr-defined]
+    reads = {key: declared for part in parts for key, declared in part.keys.items()}
+    unread = [key for key in given if key not in reads and key not in chosen]
+    if strict and unread:  # a key that chooses a component says the most: named first
+        key = min(unread, key=lambda k: (k not in FAMILIES, list(given).index(k)))
+        raise ConfigError(not_read(key, given[key], chosen))
+    out = dict(chosen)
+    for key, declared in reads.items():
+        out[key] = given.get(key, arch.defaults.get(key, declared.default))  # type: ignore[attr-defined]
+    return out
+
+
+def not_read(key: str, value: Any, chosen: dict[str, str]) -> str:
+    """The refusal of a key set for a model that does not read it: who would read it, and
+    what this model chose instead."""
+    shown = "null" if value is None else str(value).lower() if isinstance(value, bool) else value
+    archs = [a for a in ARCHITECTURES if key in a.families or any(  # type: ignore[attr-defined]
+        key in part.keys for part in (a, *a.parts))]  # type: ignore[attr-defined]  # fmt: skip
+    transformers = [a.name for a in ARCHITECTURES if "attention" in a.families]  # type: ignore[attr-defined]
+    readers, instead = [], f"model={chosen['name']}"
+    for family_key, family in FAMILIES.items():  # a key every member of a family reads
+        if family_key != "name" and family.readers(key) == family.names():
+            archs += [a for a in ARCHITECTURES if family_key in a.families and a not in archs]  # type: ignore[attr-defined]
+    archs = sorted(archs, key=lambda a: a.name)
+    if archs:
+        names = [a.name for a in archs]
+        described = ("Transformer architectures" if names == transformers
+                     else "model=" + ", ".join(names))  # fmt: skip
+        readers.append(f"{described} (model={', '.join(names)})" if names == transformers
+                       else described)  # fmt: skip
+    for family_key, family in FAMILIES.items():
+        members = family.readers(key) if family_key != "name" else []
+        if members and members != family.names():
+            readers.append(f"model.{family_key}={', '.join(members)}")
+            if family_key in chosen:
+                instead = f"model.{family_key}={chosen[family_key]}"
+    fix = "remove it" if instead.startswith("model=") else "remove it, or choose one of those"
+    return (f"model.{key}={shown} applies to {' and '.join(readers)}, not {instead}; {fix}")

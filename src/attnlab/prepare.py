@@ -19,7 +19,8 @@ its position, so the same inputs always split alike), unless --val/--test name f
                           (r50k_base: GPT-2's, p50k_base, cl100k_base, o200k_base; ids
                           moved up by 6). Default: bpe. A byte-level BPE encodes through
                           tiktoken (the same ids), any other through tokenizers
-  --vocab-size N          bpe vocabulary, special tokens included (default 8192)
+  --vocab-size N          bpe vocabulary, special tokens included: 263 to 4194304
+                          (default 8192)
   --tokenizer-sample-mb N text the tokenizer is trained on (default 64)
   --unit file|paragraph|line   a text file's documents (default paragraph)
   --text-field NAME       the field of JSON-lines/parquet/dataset records (default text)
@@ -28,7 +29,8 @@ its position, so the same inputs always split alike), unless --val/--test name f
   --val SRC [SRC ...]     validation documents from these inputs instead of a fraction
   --test SRC [SRC ...]    test documents from these inputs instead of a fraction
   --val-fraction F        default 0.005;  --test-fraction F  default 0 (test reuses val)
-  --shard-tokens N        tokens per shard (default 67108864: 128 MiB of uint16)
+  --shard-tokens N        tokens per shard, 1024 to 2147483648 (default 67108864:
+                          128 MiB of uint16)
   --dtype auto|uint16|uint32   auto: uint16 while the vocabulary fits
   --workers N             tokenizing processes, one thread each (default: one per CPU;
                           0: this process)
@@ -37,6 +39,11 @@ its position, so the same inputs always split alike), unless --val/--test name f
 Ctrl-C (or SIGTERM) saves everything tokenized so far and stops at the end of the
 document at hand; a second one stops at once, keeping what was saved last. Either way
 the same command continues where it stopped.
+
+An option that does not apply is refused: --vocab-size without --tokenizer bpe,
+--tokenizer-sample-mb with a tokenizer file, --val-fraction with --val (--test-fraction
+with --test), --unit when no input is a text file, --text-field when none holds records,
+--hf-split and --streaming when none is a Hugging Face dataset.
 
 Each document is followed by <eos> (id 2). The folder holds <split>_NNNNNN.bin shards
 (raw token ids), a .docs file per shard (where documents start), tokenizer.json and
@@ -49,6 +56,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import shlex
 import shutil
@@ -77,6 +85,11 @@ from attnlab.errors import ConfigError, DataError, UserError
 
 DISK_FIX = "free disk space, then run the same attnlab-prepare command again to continue"
 DEFAULT_SHARD_TOKENS = 1 << 26
+MAX_SHARD_TOKENS = 1 << 31  # 4 GiB of uint16 on disk per shard
+MAX_BPE_VOCAB = 1 << 22  # BPE training sets aside ~130 bytes a token: 0.5 GB at this size
+DEFAULTS = {"vocab_size": 8192, "tokenizer_sample_mb": 64.0, "unit": "paragraph",
+            "text_field": "text", "hf_split": "train", "streaming": False,
+            "val_fraction": 0.005, "test_fraction": 0.0}  # fmt: skip
 
 
 # -- arguments ------------------------------------------------------------------------------
@@ -90,27 +103,32 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("inputs", nargs="*")
     p.add_argument("--out")
     p.add_argument("--tokenizer", default="bpe")
-    p.add_argument("--vocab-size", type=int, default=8192)
-    p.add_argument("--tokenizer-sample-mb", type=float, default=64.0)
-    p.add_argument("--unit", choices=UNITS, default="paragraph")
-    p.add_argument("--text-field", default="text")
-    p.add_argument("--hf-split", default="train")
+    p.add_argument("--vocab-size", type=int)  # these default to DEFAULTS, once checked
+    p.add_argument("--tokenizer-sample-mb", type=float)
+    p.add_argument("--unit", choices=UNITS)
+    p.add_argument("--text-field")
+    p.add_argument("--hf-split")
     p.add_argument("--streaming", action="store_true")
     p.add_argument("--val", nargs="+", default=None)
     p.add_argument("--test", nargs="+", default=None)
-    p.add_argument("--val-fraction", type=float, default=0.005)
-    p.add_argument("--test-fraction", type=float, default=0.0)
+    p.add_argument("--val-fraction", type=float)
+    p.add_argument("--test-fraction", type=float)
     p.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS)
     p.add_argument("--dtype", choices=("auto", "uint16", "uint32"), default="auto")
     p.add_argument("--workers", type=int, default=default_workers())
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    args.given = {name for name in DEFAULTS if getattr(args, name) not in (None, False)}
+    for name, value in DEFAULTS.items():
+        setattr(args, name, value if getattr(args, name) is None else getattr(args, name))
+    refuse_what_does_not_apply(args)
     if not args.inputs:
         raise ConfigError("no INPUT given; pass text, JSON-lines or parquet files, or hf:<name>")
     if not args.out:
         raise ConfigError("--out is not set; name the folder the shards go to")
-    if args.shard_tokens < 1024:
-        raise ConfigError(f"--shard-tokens must be at least 1024, got {args.shard_tokens}")
+    if not 1024 <= args.shard_tokens <= MAX_SHARD_TOKENS:
+        raise ConfigError(f"--shard-tokens must lie between 1024 and {MAX_SHARD_TOKENS} (a "
+                          f"shard fills in memory), got {args.shard_tokens}")  # fmt: skip
     if not (0.0 <= args.val_fraction < 1.0 and 0.0 <= args.test_fraction < 1.0) or sum(
             held_out_fractions(args)) >= 1:  # fmt: skip
         raise ConfigError("--val-fraction and --test-fraction must lie in [0, 1) and sum below 1")
@@ -118,10 +136,38 @@ def parse(argv: list[str]) -> argparse.Namespace:
         raise ConfigError("no validation documents: set --val-fraction > 0 or pass --val FILES")
     if args.workers < 0:
         raise ConfigError(f"--workers must be 0 or more, got {args.workers}")
-    if args.tokenizer_sample_mb <= 0:
-        raise ConfigError(
-            f"--tokenizer-sample-mb must be positive, got {args.tokenizer_sample_mb}")
+    if not 1e-6 <= args.tokenizer_sample_mb < math.inf:  # also refuses nan
+        raise ConfigError("--tokenizer-sample-mb must be a number of megabytes from 0.000001 "
+                          f"(one byte), got {args.tokenizer_sample_mb}")  # fmt: skip
     return args
+
+
+def refuse_what_does_not_apply(args: argparse.Namespace) -> None:
+    """An option given that the tokenizer or the other options leave unused: ConfigError."""
+    trained = args.tokenizer in ("bpe", "char")
+    for name, unused, why in (
+        ("vocab_size", args.tokenizer != "bpe", "sizes a tokenizer trained with --tokenizer bpe"),
+        ("tokenizer_sample_mb", not trained, "is the text --tokenizer bpe or char is trained on"),
+        ("val_fraction", args.val is not None, "draws validation documents; --val names them"),
+        ("test_fraction", args.test is not None, "draws test documents; --test names them"),
+    ):  # fmt: skip
+        if name in args.given and unused:
+            option = "--" + name.replace("_", "-")
+            raise ConfigError(f"{option} {why}, so it does not apply here; drop {option}")
+
+
+def refuse_inputs_unused_by(args: argparse.Namespace, kinds: set[str]) -> None:
+    """An option given for a kind of input (Source.kind) that no input is: ConfigError."""
+    for name, wanted, what in (
+        ("unit", {"text"}, "text files"),
+        ("text_field", {"jsonl", "parquet", "saved", "hub"}, "JSON-lines, parquet or Hugging "
+                                                             "Face records"),
+        ("hf_split", {"saved", "hub"}, "Hugging Face datasets (hf:<name>, save_to_disk folders)"),
+        ("streaming", {"hub"}, "hf:<name> inputs"),
+    ):  # fmt: skip
+        if name in getattr(args, "given", ()) and not kinds & wanted:
+            option = "--" + name.replace("_", "-")
+            raise ConfigError(f"{option} applies to {what}, and no input is one; drop {option}")
 
 
 # -- which split a document belongs to ------------------------------------------------------
@@ -150,6 +196,7 @@ class Corpus:
             given = getattr(args, split)
             if given is not None:
                 self.sources[split] = expand_sources(given, f"--{split}")
+        refuse_inputs_unused_by(args, {s.kind for ss in self.sources.values() for s in ss})
 
     def _documents(self, sources: list[Source], key: str) -> Iterator[tuple[str, bool]]:
         a = self.args
@@ -192,9 +239,9 @@ def make_tokenizer(args: argparse.Namespace, corpus: Corpus) -> Any:
     if args.tokenizer == "char":
         return CharTokenizer.train(corpus.sample(args.tokenizer_sample_mb))
     if args.tokenizer == "bpe":
-        if args.vocab_size <= 262:
-            raise ConfigError(
-                f"--vocab-size must exceed 262 (256 bytes + 6 specials), got {args.vocab_size}")
+        if not 262 < args.vocab_size <= MAX_BPE_VOCAB:  # the trainer allocates for all of it
+            raise ConfigError(f"--vocab-size must exceed 262 (256 bytes + 6 specials) and be at "
+                              f"most {MAX_BPE_VOCAB}, got {args.vocab_size}")  # fmt: skip
         return BPETokenizer.train(corpus.sample(args.tokenizer_sample_mb), args.vocab_size)
     path = Path(os.path.expanduser(args.tokenizer))
     if not path.is_file():
@@ -244,7 +291,7 @@ def check_folder(out: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
         if path.is_file():
             try:
                 found = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
+            except (OSError, ValueError, RecursionError):  # RecursionError: nested too deep
                 found = {}
             if not isinstance(found, dict) or found.get("settings") != settings:
                 raise DataError(
@@ -267,7 +314,12 @@ def prepare(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     if saved is not None and saved.get("format") == FORMAT:  # already prepared
         return repair(out, args, corpus, saved)
     created = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as e:  # a file where a parent folder goes
+        blocker = next((p for p in out.parents if p.exists() and not p.is_dir()), out.parent)
+        raise DataError(f"--out: {blocker} is a file, so the folder {out} cannot be made; "
+                        "choose an --out whose parents are folders") from e  # fmt: skip
     try:
         with StopSignals() as stop:
             return _prepare_into(out, args, argv, corpus, settings, saved, stop)

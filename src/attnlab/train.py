@@ -40,7 +40,7 @@ def run_job(cfg: Any, checked: Any = None) -> float | None:
     from attnlab.cli.run import RunRecord
     from attnlab.cli.rundir import is_primary_process
 
-    record = RunRecord(cfg, HydraConfig.get())
+    record = RunRecord(cfg, HydraConfig.get(), checked)
     # Lightning's console handler must bind to the real stderr, not to this run's tee
     import lightning.pytorch  # noqa: F401
 
@@ -102,11 +102,11 @@ def _composed_once(one: Any, overrides: list[str]) -> tuple[list[str], Any, Any]
 
     split_sweeps(overrides, multirun=False)
     cfg = one.compose(overrides)
-    checked = check_values(cfg)
+    checked = check_values(cfg, this_machine=True)
     resumed = resume_overrides(cfg, overrides)
     if resumed != overrides:
         cfg = one.compose(resumed)
-        checked = check_values(cfg)
+        checked = check_values(cfg, this_machine=True)
     return resumed, cfg, checked
 
 
@@ -177,7 +177,10 @@ def main(argv: list[str] | None = None) -> int:
             overrides, cfg, checked = _composed_once(one, overrides)
             argv = overrides
         elif not flags:
-            cfg = validate_overrides(overrides, multirun)
+            # a sweep launched to a cluster runs elsewhere: its jobs check their machine
+            local = not any(o.startswith("hydra/launcher=") and ("slurm" in o or "submitit" in o)
+                            for o in overrides)  # fmt: skip
+            cfg = validate_overrides(overrides, multirun, this_machine=local)
             if not multirun:
                 overrides = resume_overrides(cfg, overrides)
                 argv = [a for a in argv if a.startswith("-")] + overrides

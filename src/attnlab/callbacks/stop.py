@@ -3,9 +3,9 @@
 A signal arriving in the middle of an optimiser step would leave half-updated
 weights, so the handler only records it; the run stops at the next step
 boundary, writes ``checkpoints/last.ckpt`` there (resumable with
-``ckpt_path=last``), reports the status to the run's ``Outcome`` and ends the fit there
-(:class:`Stopped`), without validating again on the way out (the last validation's numbers
-stand); the run's record writes the status into summary.json.
+``ckpt_path=last``), and reports the status to the run's ``Outcome``, which the run's
+record writes into summary.json. It neither validates nor saves again on the way out (the
+last validation's numbers stand; last.ckpt is the one of that step).
 
 * SIGINT (Ctrl-C): ``interrupted``.
 * SIGUSR1, SIGUSR2, SIGTERM: ``preempted`` — what SLURM sends before a time limit
@@ -54,13 +54,9 @@ class Stopped(BaseException):
     ``handover``: the handler that was installed before the run (submitit's requeue), to be
     called once the run's record is written; None when there was none."""
 
-    def __init__(self, signum: int, handover: Any = None, step: int | None = None,
-                 metrics: dict[str, Any] | None = None) -> None:  # fmt: skip
-        """``step``, ``metrics``: where a stop at a step's end left the run (its last.ckpt),
-        and the trainer's metrics then; None for a stop where no step ended."""
+    def __init__(self, signum: int, handover: Any = None) -> None:
         self.signum, self.status = signum, STATUS_OF_SIGNAL[signum]
         self.handover = handover if _hands_over(handover) else None
-        self.step, self.metrics = step, metrics or {}
         super().__init__(f"{self.status} by {signal.Signals(signum).name}")
 
 
@@ -150,20 +146,25 @@ class GracefulStop(L.Callback):
         where = f"{self.status} at step {trainer.global_step}"
         self.outcome.stop(self.status, f"{where}; continue with ckpt_path=last")
         trainer.save_checkpoint(self.last_path(trainer))
+        trainer.should_stop = True
+        self._nothing_more(trainer)
         previous = self._previous.get(self.signum) if self.signum is not None else None
         if _hands_over(previous):
             self.outcome.handed_over = True
-            trainer.should_stop = True
             self._restore()
             previous(self.signum, None)  # e.g. submitit: requeue this job, then exit
-            return
-        # The fit ends here, as Lightning's own SIGTERM stop does (an exception at a step's
-        # end): a stop through ``trainer.should_stop`` would validate once more, for minutes
-        # a cluster's grace period does not have (a translation's BLEU), and ModelCheckpoint
-        # would save last.ckpt again on the way out, in a state that reads as the end of
-        # training; last.ckpt above, at the end of this step, is where the run continues.
-        raise Stopped(self.signum or signal.SIGTERM, step=trainer.global_step,
-                      metrics=dict(trainer.callback_metrics))  # fmt: skip
+
+    @staticmethod
+    def _nothing_more(trainer: L.Trainer) -> None:
+        """The fit ends after this step with last.ckpt as written above. Lightning would
+        validate once more on its way out (minutes of a translation's BLEU that a cluster's
+        grace period does not have), and its ModelCheckpoint would save last.ckpt again, at
+        the end of the epoch or of training, in a state that a resume reads as such: no
+        validation, and no further save, for the rest of this fit."""
+        trainer.limit_val_batches = 0
+        trainer.check_val_every_n_epoch = None  # no save at the epoch's end either
+        for callback in getattr(trainer, "checkpoint_callbacks", []):
+            callback.save_last = False  # no save when training ends
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: Any) -> None:
         self._restore()

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from attnlab.cli.common import register_resolvers
 from attnlab.errors import CheckpointError, ConfigError
@@ -177,11 +177,23 @@ def load_weights(
 
 
 def check_weights_fit(
-    module: Any, state: Mapping[str, Any], path: Path, saved_model: Mapping[str, Any] | None,
-    model: Mapping[str, Any],
+    module: Any, state: Mapping[str, Any], path: Path, saved_model: Any, model: Mapping[str, Any],
 ) -> None:  # fmt: skip
-    """A CheckpointError naming the differing ``model.*`` key when ``state`` does not fit."""
+    """A CheckpointError naming the differing ``model.*`` key when ``state`` does not fit, or
+    when it fits but was trained with another setting of a key that changes the function."""
+    if saved_model is not None and not isinstance(saved_model, Mapping):
+        raise CheckpointError(f"{path} holds no readable model settings (hyper_parameters.model "
+                              "is not a mapping), so it was not written by attnlab-train; pass "
+                              "a .ckpt from <run_dir>/checkpoints/")  # fmt: skip
+    import torch
+
     own = module.state_dict()
+    odd = sorted(k for k, v in state.items() if k in own and not isinstance(v, torch.Tensor))
+    if odd:
+        raise CheckpointError(
+            f"{path} holds {odd[0]} as a {type(state[odd[0]]).__name__}, not a tensor, so it "
+            "was not written by attnlab-train; pass a .ckpt from <run_dir>/checkpoints/"
+        )
     shapes = [
         f"{k}: {tuple(v.shape)} in the file, {tuple(own[k].shape)} in the config"
         for k, v in state.items()
@@ -189,11 +201,13 @@ def check_weights_fit(
     ]
     missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
     if not (shapes or missing or unexpected):
+        check_same_model(path, saved_model, model)
         return
+    saved = dict(saved_model or {})
     settings = [
-        f"model.{k}={saved_model[k]} in the checkpoint, {model.get(k)} in the config"
-        for k in sorted(saved_model or {})
-        if saved_model[k] != model.get(k, _ABSENT)  # type: ignore[index]
+        f"model.{k}={_shown(saved[k])} in the checkpoint, {_shown(model.get(k))} in the config"
+        for k in sorted(saved, key=str)
+        if not _same(saved[k], model.get(k, _ABSENT))
     ]
     detail = "; ".join(
         settings[:3] or shapes[:1] or [f"missing {missing[:1]}, unexpected {unexpected[:1]}"]
@@ -202,6 +216,48 @@ def check_weights_fit(
         f"{path} holds a model of another shape ({detail}); evaluate it with the config it "
         "was trained with: drop model.* overrides, or pass run_dir=<the run that wrote it>"
     )
+
+
+# model keys that choose how the same function is computed or trained (the kernel,
+# compilation, recomputation, dropout, the initialisation the weights replace): a checkpoint
+# loads under any value of them
+HOW_KEYS = ("attn_impl", "compile", "activation_checkpointing", "dropout", "attn_dropout", "init")
+
+
+def check_same_model(path: Path, saved_model: Mapping[str, Any] | None,
+                     model: Mapping[str, Any]) -> None:  # fmt: skip
+    """A CheckpointError naming the ``model.*`` keys whose settings in the checkpoint differ
+    from the config's: the same shapes then compute another function (an SP checkpoint
+    under ``model.param=mup``)."""
+    saved = dict(saved_model or {})
+    differ = [
+        f"model.{key}={_shown(saved[key])} in the checkpoint, {_shown(model[key])} in the config"
+        if key in saved
+        else f"model.{key} not read by the checkpoint's model, {_shown(model[key])} in the config"
+        for key in sorted(set(model) if saved else set(), key=str)
+        if key not in HOW_KEYS and not _same(saved.get(key, _ABSENT), model[key])
+    ]
+    if differ:
+        raise CheckpointError(
+            f"{path} was trained with other model settings ({'; '.join(differ[:3])}), under "
+            "which its weights compute another function; load it with the config it was "
+            "trained with: drop model.* overrides, or pass run_dir=<the run that wrote it>"
+        )
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b  # true is not 1
+    try:
+        return bool(a == b)
+    except Exception:  # a value no plain config holds (a tensor): not the same
+        return False
+
+
+def _shown(value: Any) -> str:
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    text = "null" if value is None else text
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def load_run_config(run_dir: Path, overrides: Iterable[tuple[str, Any]]) -> DictConfig:
@@ -228,10 +284,14 @@ def load_run_config(run_dir: Path, overrides: Iterable[tuple[str, Any]]) -> Dict
     check_targets(cfg, str(path))
     for key in RUNTIME_ONLY:
         cfg.pop(key, None)
+    drop_unread_model_keys(cfg)
     for key, value in overrides:
         adding = key.startswith("+")
         key = key.lstrip("+")
-        current = OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=False)
+        try:  # a key the run left unset (???) is a key too
+            current = OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=True)
+        except MissingMandatoryValue:
+            current = None
         if current is _ABSENT and not adding:
             raise ConfigError(
                 f"{key} is not a key of {path}; check the spelling (or write +{key}=… to add it)"
@@ -247,6 +307,25 @@ def load_run_config(run_dir: Path, overrides: Iterable[tuple[str, Any]]) -> Dict
             raise ConfigError(f"{key}={value}: {' '.join(str(exc).split())}") from None
     check_targets(cfg, "the command line")
     return cfg  # type: ignore[return-value]
+
+
+def drop_unread_model_keys(cfg: DictConfig) -> None:
+    """A run written before models resolved their keys recorded every ``model.*`` key of
+    every architecture (``model.cell`` in a decoder-only run): keep those its model reads,
+    with the values recorded, so that the run loads as it trained. A model node that does
+    not resolve is left as it is, for the model's own checks to name what is wrong."""
+    from attnlab.model_config import resolve
+
+    node = cfg.get("model")
+    if not isinstance(node, DictConfig):
+        return
+    try:
+        values = OmegaConf.to_container(node, resolve=False)
+        reads = resolve(values, strict=False)  # type: ignore[arg-type]
+    except (ConfigError, OmegaConfBaseException, TypeError, ValueError):
+        return
+    for key in [k for k in node if k not in reads]:
+        del node[key]  # (pop would read the value, and an unset one raises)
 
 
 def resolved(cfg: DictConfig, key: str) -> Any:

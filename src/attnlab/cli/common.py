@@ -78,10 +78,10 @@ def fail(message: str) -> None:
 
 
 @contextlib.contextmanager
-def user_errors(folder: str | Path | None = None, disk_fix: str | None = None) -> Iterator[None]:
+def user_errors(folder: str | Path | None = None, fix: str | None = None) -> Iterator[None]:
     """Turn a UserError, or a write that failed for want of space or permission (into
-    ``folder`` when the error names no file; ``disk_fix`` says what to do, a training
-    run's way by default), into one ``error: …`` line and exit code 2."""
+    ``folder`` when the error names no file), into one ``error: …`` line and exit code 2.
+    ``fix``: what the line tells to do about the disk (by default, a run's)."""
     from attnlab.cli.rundir import RUN_FIX, disk_error
 
     try:
@@ -89,7 +89,7 @@ def user_errors(folder: str | Path | None = None, disk_fix: str | None = None) -
     except UserError as exc:
         fail(str(exc))
     except OSError as exc:
-        message = disk_error(exc, folder, disk_fix or RUN_FIX)
+        message = disk_error(exc, folder, fix or RUN_FIX)
         if message is None:
             raise
         fail(message)

@@ -134,16 +134,18 @@ def composition_error(exc: Exception, overrides: list[str]) -> None:
         fail(_unknown_key_hint(exc, overrides) or _one_line(exc))
 
 
-def check_values(cfg: DictConfig, source: str = "the command line") -> Any:
+def check_values(cfg: DictConfig, source: str = "the command line",
+                 this_machine: bool = False, strict: bool = True) -> Any:  # fmt: skip
     """Every check a job would make first (allowlisted targets, types, ranges, the pieces
-    that fit together, this machine), as one line; the checked ModelConfig."""
+    that fit together; with ``this_machine``, that it can run here), as one line; the
+    checked ModelConfig."""
     from attnlab.cli.preflight import check_before_run
     from attnlab.cli.schema import check_run_config, plain_config
     from attnlab.errors import UserError
 
     try:
-        checked = check_run_config(cfg, source)
-        check_before_run(plain_config(cfg))
+        checked = check_run_config(cfg, source, strict)
+        check_before_run(plain_config(cfg), checked, this_machine)
         return checked
     except UserError as exc:
         fail(str(exc))
@@ -172,7 +174,8 @@ def split_sweeps(
     return fixed, sweeps
 
 
-def validate_overrides(overrides: list[str], multirun: bool) -> DictConfig:
+def validate_overrides(overrides: list[str], multirun: bool,
+                       this_machine: bool = False) -> DictConfig:  # fmt: skip
     """Compose every value of every swept key once; return the first composition.
 
     In a sweep, each composition also passes the model/optimiser checks, so a typo in
@@ -181,12 +184,39 @@ def validate_overrides(overrides: list[str], multirun: bool) -> DictConfig:
     fixed, sweeps = split_sweeps(overrides, multirun)
     first = [f"{key}={values[0]}" for key, values in sweeps if values]
     cfg = compose_config(fixed + first)
-    check_values(cfg)
+    compositions = [cfg]
     for i, (key, values) in enumerate(sweeps):
         others = first[:i] + first[i + 1 :]
-        for value in values[1:]:
-            check_values(compose_config(fixed + others + [f"{key}={value}"]))
+        compositions += [compose_config(fixed + others + [f"{key}={value}"])
+                         for value in values[1:]]  # fmt: skip
+    checked = [check_values(c, this_machine=this_machine, strict=not multirun)
+               for c in compositions]  # fmt: skip
+    if multirun:
+        check_sweep_keys(compositions, checked)
     return cfg
+
+
+def check_sweep_keys(compositions: list[DictConfig], checked: list[Any]) -> None:
+    """A model key set for a sweep must be read by the model of at least one of its jobs
+    (``-m model=decoder_only model.cell=gru,lstm`` is refused: no job reads model.cell); the
+    jobs whose model does not read it run without it, which a note says once
+    (``model.window=64`` with ``model.attention=full,sliding_window``)."""
+    from attnlab.model_config import is_set, not_read
+
+    given = [{k: v for k, v in OmegaConf.to_container(c.model, resolve=True).items()
+              if is_set(v)} for c in compositions]  # fmt: skip
+    read = set().union(*(m.to_dict() for m in checked))
+    for values, model in zip(given, checked, strict=True):
+        for key, value in values.items():
+            if key not in read:
+                chosen = {k: model.get(k) for k in ("name", *model.families)}
+                fail(not_read(key, value, chosen))
+    skipped = sorted({k for values, model in zip(given, checked, strict=True)
+                      for k in values if k not in model})  # fmt: skip
+    if skipped:
+        keys = ", ".join(f"model.{k}" for k in skipped)
+        print(f"note: {keys}: the jobs whose model does not read it run without it",
+              file=sys.stderr)
 
 
 def run_overrides(overrides: list[str]) -> list[str]:

@@ -31,8 +31,7 @@ from attnlab.cli.components import component_class, needs_of, supplied
 from attnlab.cli.preflight import check_trains_here
 from attnlab.data.base import AttnlabDataModule
 from attnlab.errors import CheckpointError, ConfigError, UserError
-from attnlab.model_config import ModelConfig
-from attnlab.models import ARCHITECTURES
+from attnlab.model_config import ARCHITECTURES, ModelConfig
 from attnlab.tasks import Task, check_compatible, task_class
 
 
@@ -53,21 +52,23 @@ def container(node: Any) -> dict[str, Any]:
     return OmegaConf.to_container(node, resolve=True) if node is not None else {}  # type: ignore[return-value]
 
 
-def check_config(cfg: DictConfig, source: str = "the config") -> ModelConfig:
+def check_config(cfg: DictConfig, source: str = "the config", strict: bool = True
+                 ) -> ModelConfig:  # fmt: skip
     """Allowlisted ``_target_`` values, then every key's type and range, before any data
-    loads; the checked ModelConfig, for :func:`build_task` to fill in from the data."""
+    loads; the checked ModelConfig, for :func:`build_task` to fill in from the data.
+    ``strict=False``: a model key the model does not read is dropped (a sweep's job, whose
+    sweep checked that some job reads it)."""
     from attnlab.cli.schema import check_run_config
 
-    return check_run_config(cfg, source)
+    return check_run_config(cfg, source, strict)
 
 
 def build_data(cfg: DictConfig) -> AttnlabDataModule:
     datamodule = build(cfg.data, "data")
     if not isinstance(datamodule, AttnlabDataModule):
         raise ConfigError("data._target_ must name an AttnlabDataModule subclass")
-    check_compatible(str(cfg.model.name), datamodule.task, bool(cfg.model.get("prefix_lm", False)))
+    check_compatible(str(cfg.model.name), datamodule.task, cfg.model.get("prefix_lm") is True)
     if getattr(datamodule, "given_labels", False):
-
         if ARCHITECTURES.get(str(cfg.model.name)).feeding.lm != "causal":
             raise ConfigError(
                 f"model={cfg.model.name} is a masked LM, and this data scores chosen positions "
@@ -138,14 +139,12 @@ def check_memory(model: dict[str, Any] | ModelConfig, accelerator: str, task: st
                  sharded_over: int = 1) -> None:  # fmt: skip
     """Refuse, with the numbers, a model whose training state cannot fit before allocating it.
 
-    The parameters are counted exactly by building the model on the ``meta`` device
-    (shapes, no storage); activations come on top of this lower bound. A sharded strategy
-    keeps ``1 / sharded_over`` of the state on each device.
+    The parameters are counted exactly (:func:`parameter_count`); activations come on top
+    of this lower bound. A sharded strategy keeps ``1 / sharded_over`` of the state on each
+    device.
     """
-    from attnlab.models import count_parameters
-
     cfg = model if isinstance(model, ModelConfig) else ModelConfig.from_dict(model)
-    params = count_parameters(cfg, task)
+    params = parameter_count(cfg, task)
     need = params * TRAINING_BYTES_PER_PARAM / max(sharded_over, 1)
     have = available_memory(accelerator)
     if have is not None and need > have[0]:
@@ -158,13 +157,60 @@ def check_memory(model: dict[str, Any] | ModelConfig, accelerator: str, task: st
             f"{share}), but {have[0] / gib:.1f} GiB is {have[1]}; choose a smaller "
             "model.d_model or n_layers"
         )
+    if have is not None and cfg.get("param") == "mup":
+        from attnlab.models.parametrization import base_config
+
+        # μP builds the model once more at its base width, to scale each weight from it
+        base = parameter_count(base_config(cfg), task)
+        if (params + base) * 4 > have[0]:  # both in float32 while the model is built
+            raise ConfigError(
+                f"model.mup_base_width={cfg.mup_base_width}: μP builds the model at its base "
+                f"width too, {base / 1e9:.2f} G parameters, which with the model's need "
+                f"{(params + base) * 4 / 2**30:.1f} GiB, but {have[0] / 2**30:.1f} GiB is "
+                f"{have[1]}; choose a smaller model.mup_base_width (the width the learning "
+                "rate was tuned at)"
+            )
+
+
+def parameter_count(cfg: ModelConfig, task: str | None) -> int:
+    """The parameters of the model ``cfg`` describes, counted on the ``meta`` device (shapes,
+    no storage, no random numbers drawn) at one layer and at two per depth key: the count is
+    affine in each, so a model of any depth is counted in milliseconds. μP changes no shape,
+    so the SP architecture is what is built."""
+    import warnings
+
+    import torch
+
+    from attnlab.components.feeding import TASK_KINDS
+
+    architecture = cfg.architecture
+    task = task or next(t for t in TASK_KINDS if architecture.feeding.serves(t))
+    depths = {key: getattr(cfg, name) for key, name in (("n_layers", "n_layers"),
+              ("n_encoder_layers", "encoder_layers"), ("n_decoder_layers", "decoder_layers"))
+              if key in cfg}  # fmt: skip
+    sp = {"param": "sp"} if "param" in cfg else {}
+
+    def count(**deeper: int) -> int:
+        shallow = cfg.replace(**sp, **{**dict.fromkeys(depths, 1), **deeper})
+        with torch.device("meta"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's "dropout needs num_layers > 1"
+            return int(architecture.build(shallow, task).num_params())
+
+    try:
+        base = count()
+        return base + sum((count(**{k: 2}) - base) * (n - 1) for k, n in depths.items())
+    except RuntimeError as exc:  # a weight of 2^63 elements or more: torch cannot size it
+        if "overflow" not in str(exc):
+            raise
+        return 2**63
 
 
 def build_model_within_memory(model_cfg: ModelConfig, task: str, accelerator: str,
                               sharded_over: int = 1) -> Any:  # fmt: skip
-    """The run's model, built once, after :func:`check_memory` has counted its parameters
-    without allocating them: a model that cannot fit is refused before any weight exists
-    (a single matrix of it may be larger than the machine's memory)."""
+    """The run's model, built once its parameters (and μP's base model's) are counted and
+    refused in :func:`check_memory`'s words when they cannot fit: a model too large is never
+    allocated (one weight too large would fail in the allocator, a deep stack would take
+    minutes to build)."""
     from attnlab.models import build_model
 
     check_memory(model_cfg, accelerator, task, sharded_over)
@@ -188,11 +234,11 @@ def last_logged(trainer: L.Trainer) -> dict[str, float]:
     return {k: v for k, v in last.items() if not k.startswith("test/") and math.isfinite(v)}
 
 
-def model_settings(cfg: DictConfig, datamodule: AttnlabDataModule) -> dict[str, Any]:
-    """``model.*`` with what only the data knows: the vocabulary size, and an image data
-    module's ``model_inputs`` (image size, channels, patch size)."""
-    inputs = dict(getattr(datamodule, "model_inputs", None) or {})
-    return {**container(cfg.model), "vocab_size": datamodule.vocab_size, **inputs}
+def data_values(datamodule: AttnlabDataModule) -> dict[str, Any]:
+    """The model keys only the data knows: the vocabulary size, and an image data module's
+    ``model_inputs`` (image size, channels, patch size)."""
+    return {"vocab_size": datamodule.vocab_size, **(getattr(datamodule, "model_inputs", None)
+                                                     or {})}  # fmt: skip
 
 
 def build_task(
@@ -200,17 +246,16 @@ def build_task(
 ) -> Task:
     """The task and its model. ``checked``: the ModelConfig :func:`check_config` returned,
     which only the data's values are added to (else the settings are checked here)."""
-    model = model_settings(cfg, datamodule)
-    data_keys = ("vocab_size", *(getattr(datamodule, "model_inputs", None) or {}))
-    model_cfg = (checked.with_data({k: model[k] for k in data_keys}) if checked is not None
-                 else ModelConfig.from_dict(model))  # fmt: skip
+    base = checked if checked is not None else ModelConfig.from_dict(container(cfg.model))
+    model_cfg = base.with_data({k: v for k, v in data_values(datamodule).items() if k in base})
+    model = model_cfg.to_dict()  # what the checkpoint keeps: the resolved keys
     accelerator = str(cfg.trainer.get("accelerator", "cpu"))
     if getattr(datamodule, "document_mask", False):
         check_document_mask(model_cfg)
     task_cls = task_class(datamodule.task)
     longest = datamodule.longest()
     if longest:
-        ARCHITECTURES.get(model_cfg.name).check_lengths(model_cfg, max(longest.values()))
+        model_cfg.architecture.check_lengths(model_cfg, max(longest.values()))
     architecture = build_model_within_memory(model_cfg, task_cls.kind, accelerator,
                                              shards(cfg.trainer))  # fmt: skip
     if cfg.get("train", True):
@@ -235,7 +280,7 @@ def check_document_mask(model_cfg: ModelConfig) -> None:
     """``data.document_mask=true`` needs a Transformer whose attention takes a dense mask."""
 
     name = model_cfg.name
-    if not ARCHITECTURES.get(name).takes_documents:
+    if not model_cfg.architecture.takes_documents:
         raise ConfigError(
             f"data.document_mask=true masks attention between documents, and model={name} "
             "takes no such mask; use model=decoder_only or model=encoder_only, or set "
@@ -344,7 +389,7 @@ def build_loggers(cfg: DictConfig, run_dir: Path, resume_step: int | None = None
     ``resume_step``: the step of the checkpoint this run continues; metrics.csv keeps
     its rows up to that step instead of being started anew.
     """
-    from attnlab.catalog import locate
+    from attnlab.components import locate
 
     run = {"resume_step": resume_step}
     loggers: list[Logger] = []

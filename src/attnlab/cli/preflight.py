@@ -17,27 +17,41 @@ from attnlab.errors import ConfigError
 ACCELERATOR_ALIASES = ("auto", "gpu")
 
 
-def check_before_run(cfg: dict[str, Any]) -> None:
-    """``cfg``: the resolved config as plain containers. Raises ConfigError (one line)."""
-    check_architecture_serves_data(cfg.get("model") or {}, cfg.get("data") or {})
+def check_before_run(cfg: dict[str, Any], model: Any, this_machine: bool = False) -> None:
+    """``cfg``: the resolved config as plain containers; ``model``: its checked ModelConfig.
+    ``this_machine``: also whether it can run here (the accelerator, a kernel's backward);
+    a config checked for another machine (a cluster's job, a documented GPU command) skips
+    that. Raises ConfigError (one line)."""
+    check_architecture_serves_data(cfg.get("model") or {}, model, cfg.get("data") or {})
+    if not this_machine:
+        return
     trainer = cfg.get("trainer") or {}
     accelerator = str(trainer.get("accelerator", "cpu"))
     check_accelerator(accelerator, cfg.get("experiment_name"))
     if cfg.get("train", True):
-        check_trains_here(cfg.get("model") or {}, accelerator)
+        check_trains_here(model, accelerator)
 
 
-def check_architecture_serves_data(model: dict[str, Any], data: dict[str, Any]) -> None:
-    """The architecture's feeding declares the kind of task the data module serves."""
+# keys that a model reads for some tasks only, and those tasks
+TASK_KEYS = {"pool": ("classification", "image_classification")}
+
+
+def check_architecture_serves_data(given: dict[str, Any], model: Any, data: dict[str, Any]) -> None:
+    """The architecture's feeding declares the kind of task the data module serves, and a
+    key set for the model is one the task reads (``model.pool``: classification)."""
     from attnlab.cli.schema import check_data_class
-    from attnlab.tasks import check_compatible
+    from attnlab.components.architectures import check_compatible
+    from attnlab.model_config import is_set
 
     data_cls = check_data_class(data.get("_target_"))
-    name = model.get("name")
-    if data_cls is None or not isinstance(name, str):
-        return  # the allowlist and the model keys refuse these with their own reasons
-    config = {k: v for k, v in data.items() if k != "_target_"}
-    check_compatible(name, data_cls.task_for(config), bool(model.get("prefix_lm", False)))
+    if data_cls is None:
+        return  # the allowlist refuses it with its own reason
+    task = data_cls.task_for({k: v for k, v in data.items() if k != "_target_"})
+    check_compatible(model.name, task, model.get("prefix_lm") is True)
+    for key, tasks in TASK_KEYS.items():
+        if is_set(given.get(key, "???")) and key in model and task not in tasks:
+            raise ConfigError(f"model.{key}={given[key]} applies to {' or '.join(tasks)} "
+                              f"data, and this data is {task}; remove it")  # fmt: skip
 
 
 def check_accelerator(accelerator: str, preset: Any = None) -> None:
@@ -71,7 +85,7 @@ def _available(accelerator: str) -> bool:
         return False
 
 
-def check_trains_here(model: dict[str, Any], accelerator: str) -> None:
+def check_trains_here(model: Any, accelerator: str) -> None:
     """``model.attn_impl=flex`` trains on CUDA only: torch has no FlexAttention backward on a
     CPU."""
     import torch

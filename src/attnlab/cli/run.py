@@ -69,9 +69,10 @@ def torch_threads() -> int | None:
 class RunRecord:
     """What one run (a Hydra job) records and says: status, summary.json, lines, exit code."""
 
-    def __init__(self, cfg: Any, hydra_cfg: Any) -> None:
+    def __init__(self, cfg: Any, hydra_cfg: Any, checked: ModelConfig | None = None) -> None:
+        """``checked``: the ModelConfig the pre-flight check of this config returned (a
+        single run); a sweep's job checks its own composition when it starts."""
         from hydra.types import RunMode
-        from omegaconf import OmegaConf
 
         from attnlab.callbacks.summary import git_sha
 
@@ -84,10 +85,9 @@ class RunRecord:
         self.result: dict[str, Any] = {"status": "failed", "error": None, "metrics": {}}
         self.outcome = Outcome()  # the callbacks that end a run early report here
         self.quiet = False  # side-by-side sweep jobs: one line each
-        try:
-            self.config = OmegaConf.to_container(cfg, resolve=True)
-        except Exception:  # an unresolvable value is reported by the build
-            self.config = OmegaConf.to_container(cfg, resolve=False)
+        if checked is not None:
+            use_model(cfg, checked)
+        self.config = plain(cfg)
 
     @property
     def job(self) -> Any:
@@ -204,6 +204,12 @@ class RunRecord:
         from attnlab.callbacks.stop import Stopped
 
         try:
+            if checked is None:  # a sweep's job: its own composition, a key only its sweep
+                from attnlab.cli.pipeline import check_config  # reads may be dropped
+
+                checked = check_config(cfg, strict=not self.multirun)
+                use_model(cfg, checked)
+                self.config = plain(cfg)
             result.update(train(cfg, self.run_dir, not self.quiet, self.outcome, checked))
         except Stopped as stop:  # at a step's end, or where there was no step to finish
             result.update(status=stop.status, error=f"{stop} with no step left to finish "
@@ -250,6 +256,30 @@ class RunRecord:
         if status != "completed" or value is None or value != value:
             return None
         return float(value)
+
+
+def use_model(cfg: Any, model: ModelConfig) -> None:
+    """Put the checked model's keys in place of the composed ``model`` node, in which a key
+    not set is ``???``: what the run prints, logs (W&B, MLflow) and records in summary.json
+    are the keys its model reads, with the values it uses."""
+    from omegaconf import OmegaConf, open_dict
+
+    from attnlab.components.architectures import FROM_DATA
+
+    values = {k: v for k, v in model.to_dict().items() if k not in FROM_DATA}
+    with open_dict(cfg):
+        cfg.model = OmegaConf.create(values)
+
+
+def plain(cfg: Any) -> dict[str, Any]:
+    """The config as plain containers, resolved where it can be (an unresolvable value is
+    reported by the build)."""
+    from omegaconf import OmegaConf
+
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    except Exception:  # noqa: BLE001
+        return OmegaConf.to_container(cfg, resolve=False)  # type: ignore[return-value]
 
 
 def train(
@@ -307,22 +337,15 @@ def train(
 
 def _fit_and_test(cfg: Any, trainer: Any, task: Any, datamodule: Any, resume_from: str | None,
                   outcome: Outcome) -> dict[str, Any]:  # fmt: skip
-    from attnlab.callbacks.stop import Stopped
     from attnlab.callbacks.throughput import TokenThroughput
     from attnlab.cli import pipeline
 
     metrics: dict[str, float] = {}
     if cfg.get("train", True):
-        try:
-            trainer.fit(task, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
-        except Stopped as stop:
-            if stop.step is None:  # no step had ended: the record says so (RunRecord)
-                raise
-            metrics.update(pipeline.scalar_metrics(stop.metrics))  # at a step's end
-        else:
-            if resume_from:  # a fit with nothing left to do logs nothing: keep what was logged
-                metrics.update(pipeline.last_logged(trainer))
-            metrics.update(pipeline.scalar_metrics(trainer.callback_metrics))
+        trainer.fit(task, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
+        if resume_from:  # a fit with nothing left to do logs nothing: keep what was logged
+            metrics.update(pipeline.last_logged(trainer))
+        metrics.update(pipeline.scalar_metrics(trainer.callback_metrics))
     status = outcome.status or "completed"
     best = pipeline.best_checkpoint(trainer)
     if cfg.get("test", True) and status == "completed":

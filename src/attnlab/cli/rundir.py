@@ -158,8 +158,7 @@ def disk_error(exc: OSError, folder: str | Path | None = None, fix: str = RUN_FI
     """A one-line message for a write that failed for want of space or permission.
 
     It names the file (``exc.filename``), or else ``folder`` where the write went: a
-    write to a full disk fails with no file name; ``fix`` says what to do (by default,
-    a training run's way)."""
+    write to a full disk fails with no file name. ``fix``: what to do (a run's, by default)."""
     if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
         return None
     if exc.filename:

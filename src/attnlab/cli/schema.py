@@ -2,8 +2,9 @@
 
 The schema is the code's own signatures, not a second copy of them:
 
-* ``model``, ``optim``, ``task``, ``decode`` and the top-level keys: the
-  dataclasses :class:`~attnlab.models.ModelConfig` and those of
+* ``model``: the keys its architecture and chosen components declare
+  (:class:`~attnlab.model_config.ModelConfig`, :mod:`attnlab.components`);
+* ``optim``, ``task``, ``decode`` and the top-level keys: the dataclasses of
   :mod:`attnlab.options` (annotations for types, ``__post_init__`` for ranges);
 * ``data``: the ``__init__`` of the data module ``data._target_`` names (one of
   :data:`attnlab.cli.targets.DATA_MODULES`, so importing it is safe);
@@ -16,17 +17,13 @@ refused with the rule it breaks. Each check raises a one-line ConfigError.
 
 from __future__ import annotations
 
-import collections.abc
 import dataclasses
-import difflib
 import inspect
-import os
-import pathlib
-import types
 import typing
 from typing import Any
 
 from attnlab.errors import ConfigError
+from attnlab.value_checks import check_keys, nearest
 
 # top-level nodes that are config groups, checked on their own (or free-form: logger, callbacks)
 GROUPS = ("model", "data", "trainer", "logger", "callbacks", "paths", "optim", "task", "decode")
@@ -35,80 +32,6 @@ PATH_KEYS = ("log_dir", "data_dir")
 TRAINER_SET_BY_ATTNLAB = ("callbacks", "logger", "default_root_dir")
 
 
-def _describe(hint: Any) -> str:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        parts = [_describe(a) for a in args if a is not type(None)]
-        text = " or ".join(dict.fromkeys(parts))
-        return f"{text} (or null)" if type(None) in args else text
-    if origin is typing.Literal:
-        return "one of " + ", ".join(str(a) for a in args)
-    if origin in (list, tuple, collections.abc.Sequence, collections.abc.Iterable):
-        if origin is tuple and args and args[-1] is not Ellipsis:
-            return f"a list of {len(args)} {_describe(args[0]).removeprefix('a ')}s"
-        return "a list"
-    if origin in (dict, collections.abc.Mapping):
-        return "a mapping"
-    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
-    if hint in names:
-        return names[hint]
-    if hint in (os.PathLike, pathlib.Path):
-        return "a path"
-    return f"a {getattr(hint, '__name__', hint)} (a mapping with _target_)"
-
-
-def matches(value: Any, hint: Any) -> bool:
-    """Whether a plain config value (from OmegaConf.to_container) fits the annotation."""
-    if hint is Any or hint is inspect.Parameter.empty:
-        return True
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(matches(value, a) for a in args)
-    if hint is type(None):
-        return value is None
-    if origin is typing.Literal:
-        return any(value == a and type(value) is type(a) for a in args)
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if hint is str or hint in (os.PathLike, pathlib.Path):
-        return isinstance(value, str)
-    if origin in (list, tuple, collections.abc.Sequence, collections.abc.Iterable):
-        if not isinstance(value, list | tuple):
-            return False
-        if origin is tuple and args and args[-1] is not Ellipsis:
-            return len(value) == len(args) and all(map(matches, value, args))
-        return not args or all(matches(v, args[0]) for v in value)
-    if origin in (dict, collections.abc.Mapping) or hint in (dict, collections.abc.Mapping):
-        if not isinstance(value, dict):
-            return False
-        return len(args) != 2 or all(matches(v, args[1]) for v in value.values())
-    if isinstance(hint, type):  # an object built from a `_target_` mapping (checked by targets)
-        return isinstance(value, dict) and "_target_" in value
-    return True  # an annotation this checker does not model: leave it to the callee
-
-
-def nearest(key: str, known: collections.abc.Iterable[str], prefix: str = "") -> str:
-    """ "did you mean <prefix><closest>?", or the list of valid keys when none is close."""
-    known = sorted(known)
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-    if close:
-        return f"did you mean {prefix}{close[0]}?"
-    return f"valid keys: {', '.join(prefix + k for k in known)}"
-
-
-def check_keys(values: dict[str, Any], hints: dict[str, Any], prefix: str) -> None:
-    """Refuse unknown keys (naming the nearest valid one) and values of the wrong type."""
-    for key, value in values.items():
-        name = f"{prefix}{key}"
-        if key not in hints:
-            raise ConfigError(f"{name} is not a config key; {nearest(key, hints, prefix)}")
-        if not matches(value, hints[key]):
-            shown = "null" if value is None else value
-            raise ConfigError(f"{name}={shown} must be {_describe(hints[key])}")
 
 
 def check_dataclass(cls: type, values: dict[str, Any], prefix: str) -> Any:
@@ -202,34 +125,38 @@ def check_top_level(cfg: dict[str, Any]) -> None:
             raise ConfigError(f"paths.{key}={value} must be a directory path")
 
 
-def check_cheap(cfg: dict[str, Any]) -> Any:
-    """What needs neither Lightning nor the data modules: top level, model, optim, task, decode.
+def check_cheap(cfg: dict[str, Any], strict: bool = True) -> Any:
+    """What needs neither Lightning nor the data modules: top level, model, optim, task, decode
+    (none of it imports torch, so most mistakes are refused before torch is loaded).
 
-    The checks that import nothing heavy come first, the registry names read from source
-    among them, so most typos are refused before torch is imported (``ModelConfig``)."""
+    The model: its components' keys, each value against its key's type and rule
+    (:meth:`~attnlab.model_config.ModelConfig.from_dict`); a key no component of the model
+    reads is refused, or, with ``strict=False`` (a run saved before such keys were refused),
+    dropped."""
+    from attnlab.model_config import ModelConfig
     from attnlab.options import DecodeConfig, OptimConfig, TaskConfig
-    from attnlab.registry import check_model_names
 
     check_top_level(cfg)
-    check_model_names(cfg.get("model"))
+    model = cfg.get("model") or {}
+    if not isinstance(model, dict):
+        raise ConfigError(f"model={model} must be a mapping of model.* keys")
+    checked = ModelConfig.from_dict(model, strict=strict)
     check_dataclass(OptimConfig, cfg.get("optim") or {}, "optim.")
     check_dataclass(TaskConfig, cfg.get("task") or {}, "task.")
     check_dataclass(DecodeConfig, cfg.get("decode") or {}, "decode.")
-    from attnlab.model_config import ModelConfig
-
-    model = {**(cfg.get("model") or {}), "vocab_size": 1}  # the data fills it in
-    return check_dataclass(ModelConfig, model, "model.").validated()
+    return checked
 
 
-def check_run_config(cfg: Any, source: str) -> Any:
+def check_run_config(cfg: Any, source: str, strict: bool = True) -> Any:
     """A composed (or saved) config: allowlisted ``_target_`` values first, then every key.
 
-    ``source`` names where the config came from, for the error line.
+    ``source`` names where the config came from, for the error line; ``strict=False`` for a
+    run's saved config (model keys its model does not read are dropped, not refused).
     """
     from attnlab.cli.targets import check_targets
 
     check_targets(cfg, source)
-    return check_all(plain_config(cfg))
+    return check_all(plain_config(cfg), strict)
 
 
 def plain_config(cfg: Any) -> dict[str, Any]:
@@ -252,11 +179,11 @@ def plain_config(cfg: Any) -> dict[str, Any]:
     return out
 
 
-def check_all(cfg: dict[str, Any]) -> Any:
+def check_all(cfg: dict[str, Any], strict: bool = True) -> Any:
     """Every section, the ones that need no Lightning first (so most typos fail fast);
     ``cfg`` is the resolved config as plain containers. Returns the checked ModelConfig
     (its ``vocab_size`` and image sizes are the data's to fill in)."""
-    model = check_cheap(cfg)
+    model = check_cheap(cfg, strict)
     if isinstance(cfg.get("data"), dict):
         check_data(cfg["data"])
     if isinstance(cfg.get("trainer"), dict):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -175,6 +176,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _check_fit_options(args: argparse.Namespace) -> None:
+    """The options that do not combine with --fit (or need it), refused before any run is read."""
+    if (args.multiplier or args.target_loss is not None) and not args.fit:
+        raise UserError("--multiplier and --target-loss read scaling fits; add --fit")
+    if args.target_loss is not None and not (math.isfinite(args.target_loss)
+                                             and args.target_loss > 0):  # fmt: skip
+        raise UserError(f"--target-loss {args.target_loss} must be a positive finite loss")
+    if not args.fit:
+        return
+    reads = [f"--at {args.at} reads them at one budget"] if args.at else []
+    if args.select == "best":
+        reads.append("--select best reads each at its best validation")
+    if reads:
+        raise UserError(f"--fit {args.fit} fits whole runs (curves against FLOPs, or "
+                        f"final values) and {reads[0]}: they do not combine; give one")  # fmt: skip
+
+
 def _check_plot_path(plot: str) -> None:
     target = Path(plot)
     if target.is_dir():
@@ -250,6 +268,7 @@ def _few_runs_warning(groups: Sequence[Group], metric: str) -> str | None:
 def run(argv: Sequence[str] | None = None) -> None:
     """The command itself; user mistakes surface as :class:`UserError`."""
     args = build_parser().parse_args(argv)
+    _check_fit_options(args)
     if args.plot:
         _check_plot_path(args.plot)
     at = parse_at(args.at) if args.at else None
@@ -303,8 +322,6 @@ def run(argv: Sequence[str] | None = None) -> None:
     labels = metric_labels(runs, metrics)
     table = format_table(rows, list(groups[0].settings), metrics, args.format, labels)
     lines = _welch_lines(groups, rows, metrics[0], args) if metrics else []
-    if (args.multiplier or args.target_loss is not None) and not args.fit:
-        raise UserError("--multiplier and --target-loss read scaling fits; add --fit")
     if args.fit:  # before printing, so a mistake never leaves half an answer
         from .scaling import report as scaling_report
 

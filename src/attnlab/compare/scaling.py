@@ -405,18 +405,18 @@ def report(groups: Sequence[Group], metric: str, kind: str, pair: Sequence[str] 
            target: float | None, plot: str | None) -> list[str]:  # fmt: skip
     from .stats import resolve_group
 
+    named = [resolve_group(groups, q, "--multiplier") for q in pair or ()]  # before fitting
+    if len(named) == 2 and named[0] is named[1]:
+        raise UserError(f"--multiplier {' '.join(pair or ())} names the same group twice")
     fits = [fit_group(g, metric, kind) for g in groups]
     lines = [header(fits, metric)]
     for fit in fits:
         lines += describe(fit)
     flags = sorted({flag for fit in fits for flag in fit.flags})
     lines += [f"  note: {flag}" for flag in flags]
-    if pair:
-        a, b = (resolve_group(groups, q) for q in pair)
-        if a is b:
-            raise UserError(f"--multiplier {' '.join(pair)} names the same group twice")
+    if named:
         by_label = {f.label: f for f in fits}
-        lines += multiplier(by_label[a.label], by_label[b.label], target)
+        lines += multiplier(by_label[named[0].label], by_label[named[1].label], target)
     if plot:
         plot_fits(fits, groups, metric, plot)
     return lines

@@ -154,8 +154,9 @@ def summarize(groups: Sequence[Group], metrics: Sequence[str]) -> list[dict[str,
     return rows
 
 
-def resolve_group(groups: Sequence[Group], query: str) -> Group:
-    """The group named by ``query``: its label, one ``key=value`` or value, or a substring."""
+def resolve_group(groups: Sequence[Group], query: str, option: str = "--vs") -> Group:
+    """The group named by ``query``: its label, one ``key=value`` or value, or a substring;
+    ``option`` names the command-line option that gave it, for the error."""
     tests = (
         lambda g: g.label == query,
         lambda g: query in g.label.split(" ") or query in g.settings.values(),
@@ -167,9 +168,10 @@ def resolve_group(groups: Sequence[Group], query: str) -> Group:
             return matches[0]
         if len(matches) > 1:
             raise UserError(
-                f"--vs '{query}' matches {len(matches)} groups "
+                f"{option} '{query}' matches {len(matches)} groups "
                 f"({'; '.join(g.label for g in matches)}); give a longer part of one label"
             )
     raise UserError(
-        f"--vs '{query}' matches no group; the groups are: {'; '.join(g.label for g in groups)}"
+        f"{option} '{query}' matches no group; the groups are: "
+        f"{'; '.join(g.label for g in groups)}"
     )

@@ -229,7 +229,7 @@ def dataset_documents(source: Source, field: str, split: str, streaming: bool, k
                 f"({type(e).__name__}: {reason}); download it while online or {_LOCAL}"
             ) from e
     else:
-        ds = hf_split(load_hf_dataset(source.spec, None, key, _LOCAL), split, "--hf-split")
+        ds = hf_split(load_hf_dataset(source.spec, key=key, instead=_LOCAL), split, "--hf-split")
         if field not in ds.column_names:
             raise DataError(
                 f"{key}: no column {field!r} in {source.spec} (columns: {ds.column_names}); "

@@ -14,32 +14,34 @@ def is_saved_dataset(folder: Path) -> bool:
     return (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file()
 
 
-def load_hf_dataset(name: str, config: str | None = None, key: str = "data.hf.name",
-                    local: str = "use a local file via data.path / data.files") -> Any:
-    """``datasets.load_dataset(name, config)`` as a DatasetDict; DataError when it can't be
-    loaded, naming ``key`` and offering ``local`` (the command's way to local files).
+def load_hf_dataset(
+    name: str, config: str | None = None, key: str = "data.hf.name",
+    instead: str = "use a local file via data.path / data.files",
+) -> Any:  # fmt: skip
+    """``datasets.load_dataset(name, config)`` as a DatasetDict; DataError naming ``key`` (and
+    what to do ``instead``) when it can't be loaded.
 
     Without network access this works only for datasets already in the local
     Hugging Face cache (or a local folder of csv/json/parquet files). A folder
     written by ``save_to_disk`` (a Dataset or a DatasetDict) is read with
     ``datasets.load_from_disk``.
     """
-    path = Path(os.path.expanduser(str(name)))
-    saved = is_saved_dataset(path)
+    local = Path(os.path.expanduser(str(name)))
+    saved = is_saved_dataset(local)
     try:
         import datasets
 
-        ds = datasets.load_from_disk(str(path)) if saved else datasets.load_dataset(name, config)
+        ds = datasets.load_from_disk(str(local)) if saved else datasets.load_dataset(name, config)
     except Exception as e:  # offline, unknown name, bad config: all the user's to fix
         reason = (str(e).splitlines() or [""])[0][:200]
         if saved:
             raise DataError(
-                f"{key}: cannot load the saved dataset {path} ({type(e).__name__}: "
+                f"{key}: cannot load the saved dataset {local} ({type(e).__name__}: "
                 f"{reason}); write it again with save_to_disk"
             ) from e
         raise DataError(
             f"{key}: Hugging Face dataset {name!r} (config {config!r}) is not available "
-            f"offline ({type(e).__name__}: {reason}); download it while online, or {local}"
+            f"offline ({type(e).__name__}: {reason}); download it while online, or {instead}"
         ) from e
     if not hasattr(ds, "keys"):  # a single Dataset
         ds = datasets.DatasetDict({"train": ds})

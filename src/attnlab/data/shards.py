@@ -17,7 +17,9 @@ document starts), the tokenizer (``tokenizer.json``) and ``index.json``::
 Every shard but a split's last holds exactly ``shard_tokens`` tokens; a document
 runs on across a shard boundary. Files are written to a temporary name and
 renamed, so a shard is whole or absent, and ``index.json`` is written last.
-Opening a folder reads ``index.json`` and maps each shard: O(shards), not O(tokens).
+Opening a folder reads ``index.json`` (every field that reading uses checked, by
+:func:`check_index`) and maps each shard: O(shards), not O(tokens). The shards' content
+is verified once, apart (:mod:`attnlab.data.shard_verification`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attnlab.errors import DataError
+from attnlab.special_tokens import EOS, NUM_SPECIAL
 
 if TYPE_CHECKING:
     import torch
@@ -39,6 +42,7 @@ FORMAT = "attnlab-tokens"
 VERSION = 1
 INDEX = "index.json"
 SPLITS = ("train", "val", "test")
+AGAIN = "prepare it again with attnlab-prepare into a new --out"  # the fix for a damaged folder
 
 
 def dtype_for(vocab_size: int) -> str:
@@ -92,16 +96,84 @@ def read_index(folder: str | os.PathLike, key: str = "data.path") -> dict[str, A
         )
     try:
         index = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DataError(f"{key}: {path} is not valid JSON ({e}); prepare the folder again") from e
+    except OSError as e:
+        raise DataError(f"{key}: cannot read {path} ({e.strerror or e}); make it readable") from e
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # Recursion: nested too deep
+        raise DataError(f"{key}: {path} is not valid JSON ({e}); {AGAIN}") from e
     if not isinstance(index, dict) or index.get("format") != FORMAT:
-        raise DataError(f"{key}: {path} is not an attnlab token index; prepare the folder again")
+        raise DataError(f"{key}: {path} is not an attnlab token index; {AGAIN}")
     if index.get("version") != VERSION:
         raise DataError(
             f"{key}: {path} has format version {index.get('version')}, this attnlab reads "
             f"{VERSION}; prepare the folder again with this attnlab"
         )
+    check_index(index, path, key)
     return index
+
+
+def check_index(index: dict[str, Any], path: Path, key: str = "data.path") -> None:
+    """Every field of ``index.json`` that reading the folder uses, checked for its type and
+    range (``dtype``, ``vocab_size``, ``tokenizer.file``/``separator``, the splits and their
+    shards' ``file``, ``tokens``, ``sha256``); DataError naming the first bad one."""
+
+    def refuse(field: str, value: Any, want: str) -> DataError:
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        return DataError(f"{key}: {path} has {field} = {shown}, not {want}; {AGAIN}")
+
+    def field(obj: dict[str, Any], name: str, where: str, want: str, ok: Any) -> Any:
+        value = obj.get(name, _ABSENT)
+        if value is _ABSENT:
+            raise DataError(f"{key}: {path} lacks {where}{name}; {AGAIN}")
+        if not ok(value):
+            raise refuse(where + name, value, want)
+        return value
+
+    dtype = field(index, "dtype", "", "uint16 or uint32", lambda v: v in ("uint16", "uint32"))
+    top = np.iinfo(dtype).max + 1
+    field(index, "vocab_size", "", f"a whole number from {NUM_SPECIAL} to {top}",
+          lambda v: _whole(v) and NUM_SPECIAL <= v <= top)  # fmt: skip
+    tokenizer = field(index, "tokenizer", "", "an object", lambda v: isinstance(v, dict))
+    field(tokenizer, "file", "tokenizer.", "a file name in the folder", _plain_name)
+    field(tokenizer, "separator", "tokenizer.", f"{EOS} (<eos>)", lambda v: _whole(v) and v == EOS)
+    splits = field(index, "splits", "", "an object", lambda v: isinstance(v, dict))
+    for split in splits:
+        if split not in SPLITS:
+            raise refuse(f"splits.{split}", splits[split], f"a split of {', '.join(SPLITS)}")
+    for split in ("train", "val"):
+        field(splits, split, "splits.", "an object", lambda v: True)
+    for split, info in splits.items():
+        where = f"splits.{split}."
+        if not isinstance(info, dict):
+            raise refuse(where[:-1], info, "an object")
+        shards = field(info, "shards", where, "a list of shards",
+                       lambda v: isinstance(v, list) and len(v) > 0)  # fmt: skip
+        for i, shard in enumerate(shards):
+            at = f"{where}shards[{i}]"
+            if not isinstance(shard, dict):
+                raise refuse(at, shard, "an object")
+            field(shard, "file", at + ".", "a file name in the folder", _plain_name)
+            field(shard, "tokens", at + ".", "a whole number >= 0", lambda v: _whole(v) and v >= 0)
+            field(shard, "sha256", at + ".", "64 hex digits", _sha256)
+
+
+_ABSENT = object()
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _plain_name(value: Any) -> bool:
+    """A file directly in the folder: no directory part, not ``.`` or ``..``, printable (an
+    error naming it stays one line), a name the file system can hold."""
+    return (isinstance(value, str) and value not in ("", ".", "..") and value.isprintable()
+            and Path(value).name == value and "/" not in value and "\\" not in value
+            and len(value.encode("utf-8", "replace")) <= 255)  # fmt: skip
+
+
+def _sha256(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef"
+                                                               for c in value)  # fmt: skip
 
 
 class ShardedTokens:
@@ -123,10 +195,14 @@ class ShardedTokens:
             if size != expected:
                 what = "missing" if size is None else f"{size} bytes, the index says {expected}"
                 raise DataError(
-                    f"{key}: shard {path} is {what}; prepare the folder again "
-                    "(attnlab-prepare writes whole shards only)"
+                    f"{key}: shard {path} is {what} (attnlab-prepare writes whole shards "
+                    f"only); {AGAIN}"
                 )
-            tokens = np.memmap(path, dtype=dtype, mode="r") if expected else np.zeros(0, dtype)
+            try:
+                tokens = np.memmap(path, dtype=dtype, mode="r") if expected else np.zeros(0, dtype)
+            except OSError as e:
+                raise DataError(f"{key}: cannot read shard {path} ({e.strerror or e}); make it "
+                                "readable") from e  # fmt: skip
             self.shards.append(tokens)
         sizes = [len(s) for s in self.shards]
         self.offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
@@ -173,6 +249,8 @@ class ShardedTokens:
 
 
 def open_split(folder: str | os.PathLike, split: str, key: str = "data.path") -> ShardedTokens:
-    """A split of a prepared folder as a :class:`ShardedTokens` (``index.json`` checked)."""
+    """A split of a prepared folder as a :class:`ShardedTokens` (``index.json`` and the
+    shards' sizes checked; their content is verified by ``data=tokens``, see
+    :mod:`attnlab.data.shard_verification`)."""
     folder = Path(os.path.expanduser(str(folder)))
     return ShardedTokens(folder, read_index(folder, key), split, key)

@@ -45,7 +45,8 @@ from torch.utils.data import DataLoader, IterableDataset, default_collate, get_w
 
 from attnlab.data.base import AttnlabDataModule
 from attnlab.data.sampling import epoch_seed
-from attnlab.data.shards import ShardedTokens, read_index
+from attnlab.data.shard_verification import verify_shards
+from attnlab.data.shards import AGAIN, ShardedTokens, read_index
 from attnlab.data.text import TokenBlocks, eval_starts
 from attnlab.data.tokenizers import load_tokenizer
 from attnlab.errors import ConfigError, DataError
@@ -226,13 +227,14 @@ class TokensDataModule(AttnlabDataModule):
                 "data.path is not set; prepare a folder with `attnlab-prepare <text files> "
                 "--out FOLDER` and set data.path=FOLDER"
             )
-        index = read_index(self.path)
+        index = read_index(self.path)  # every field used below is checked there
         self.index = index
-        self.tokenizer = load_tokenizer(self.path / index["tokenizer"]["file"], foreign=True)
+        self.tokenizer = self._tokenizer(index)
         self.vocab_size = int(index["vocab_size"])
         for split in ("train", "val", "test"):
             if split in index["splits"]:
                 self.splits[split] = ShardedTokens(self.path, index, split, "data.path")
+        verify_shards(self.path, index, list(self.splits))
         self.splits.setdefault("test", self.splits["val"])
         for split, tokens in self.splits.items():
             if len(tokens) < self.block_size + 2:
@@ -242,6 +244,20 @@ class TokensDataModule(AttnlabDataModule):
                     f"{max(1, len(tokens) - 2)} or prepare more {split} text"
                 )
         self._built = True
+
+    def _tokenizer(self, index: dict[str, Any]) -> Any:
+        """The folder's tokenizer, whose vocabulary must be ``index.json``'s."""
+        path = self.path / index["tokenizer"]["file"]
+        if not path.is_file():
+            raise DataError(f"data.path: {self.path} lacks {path.name}, the tokenizer its "
+                            f"index.json names; {AGAIN}")  # fmt: skip
+        tokenizer = load_tokenizer(path, foreign=True)
+        if tokenizer.vocab_size != index["vocab_size"]:
+            raise DataError(
+                f"data.path: {path} holds a vocabulary of {tokenizer.vocab_size}, but "
+                f"index.json's vocab_size is {index['vocab_size']}; {AGAIN}"
+            )
+        return tokenizer
 
     def prepare_data(self) -> None:
         """Check the folder and read its index (nothing to download or tokenize)."""

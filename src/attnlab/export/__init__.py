@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from attnlab.cli.common import run_key_value_command
+from attnlab.cli.common import run_key_value_command, user_errors
 from attnlab.errors import ConfigError
 
 OPTIONS: dict[str, Any] = {"run_dir": None, "ckpt_path": None, "format": None, "out": None}
@@ -42,6 +42,10 @@ def output_folder(out: str | None, run_dir: Path, fmt: str) -> Path:
             f"out={folder} already exists and is not empty; pass another out=<new folder> "
             "(nothing is overwritten)"
         )
+    above = next(p for p in folder.parents if p.exists())
+    if not above.is_dir():
+        raise ConfigError(f"out={folder} lies under {above}, which is a file; pass "
+                          "out=<a new folder>")  # fmt: skip
     return folder
 
 
@@ -100,8 +104,10 @@ def model_card(
 
 
 def write_hf(folder: Path, model: Any, task: str, tokenizer: Any) -> tuple[str, list[str]]:
-    """The Hugging Face folder; returns (the model class, what the card says was folded)."""
-    from safetensors.torch import save_file
+    """The Hugging Face folder; returns (the model class, what the card says was folded).
+    Every file is written by Python (safetensors and tokenizers serialise in memory), so a
+    full or read-only disk is an OSError like any other command's."""
+    from safetensors.torch import save
 
     from attnlab.export.hf import check_finite, export_weights
     from attnlab.export.tokenizer import hf_tokenizer, tokenizer_config
@@ -109,9 +115,10 @@ def write_hf(folder: Path, model: Any, task: str, tokenizer: Any) -> tuple[str, 
     config, tensors, hf_class = export_weights(model, task)
     check_finite(tensors)
     notes = list(config["attnlab_folds"])
-    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "model.safetensors").write_bytes(save(tensors, metadata={"format": "pt"}))
     _write_json(folder / "config.json", config)
-    hf_tokenizer(tokenizer).save(str(folder / "tokenizer.json"))
+    text = hf_tokenizer(tokenizer).to_str(pretty=True)
+    (folder / "tokenizer.json").write_text(text, encoding="utf-8")
     _write_json(folder / "tokenizer_config.json", tokenizer_config(model.cfg.max_len))
     from attnlab.inference.generation import NEVER_GENERATED
 
@@ -159,27 +166,38 @@ def run(argv: list[str]) -> int:
         from attnlab.models import ModelConfig
 
         settings = {**(resolved(cfg, "model") or {}), "vocab_size": 8}
-        choose_mapping(ModelConfig.from_dict(settings), task)
+        choose_mapping(ModelConfig.from_dict(settings, strict=False), task)
     tokenizer = load_tokenizer(run_dir / "tokenizer.json")
     model = load_model(cfg, ckpt, tokenizer.vocab_size, "cpu", task)
+    fix = "nothing was exported: free disk space or pass out=<a folder on a writable disk>"
+    with user_errors(folder, fix=fix):
+        hf_class = write_folder(folder, model, task, tokenizer, fmt, (run_dir, ckpt))
+    shown = f" as {hf_class}" if hf_class else ""
+    print(f"exported {ckpt.name}{shown} to {folder}")
+    return 0
+
+
+def write_folder(
+    folder: Path, model: Any, task: str, tokenizer: Any, fmt: str, source: tuple[Path, Path]
+) -> str | None:
+    """Every file into a staging folder beside ``folder``, then renamed to it: a failed
+    write leaves nothing behind. Returns the Hugging Face class (None: native)."""
     staging = folder.with_name(f".{folder.name}.partial-{os.getpid()}")
-    staging.mkdir(parents=True)
     try:
+        staging.mkdir(parents=True)
         hf_class, notes = None, []
         if fmt == "hf":
             hf_class, notes = write_hf(staging, model, task, tokenizer)
         else:
             write_native(staging, model, task, tokenizer)
-        card = model_card(run_dir, ckpt, model, fmt, hf_class, notes)
+        card = model_card(*source, model, fmt, hf_class, notes)
         (staging / "README.md").write_text(card, encoding="utf-8")
         if folder.is_dir():
             folder.rmdir()  # empty, checked above
         staging.rename(folder)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    shown = f" as {hf_class}" if hf_class else ""
-    print(f"exported {ckpt.name}{shown} to {folder}")
-    return 0
+    return hf_class
 
 
 def load_native(folder: str | Path) -> tuple[Any, Any, str]:

@@ -15,6 +15,11 @@ and compare logits and greedy generation.
   classification) are not BERT's (a transform before the MLM projection, a tanh pooler on
   [CLS]) and are left out.
 
+Every key that changes what an attnlab model computes is in a mapping's ``needs`` (or
+folded in, below); in particular ``model.embed_norm`` (GPT-2 and Llama have no norm over
+the embeddings, BERT always has one) and ``model.pad_id`` (attnlab's attention hides the
+keys of that id; the exported ``pad_token_id`` is attnlab's ``<pad>``, 0).
+
 What a mapping folds in exactly, so the exported model computes the same function:
 
 * the token embedding's √d_model scale (§3.4 of Vaswani et al.) multiplies the input
@@ -124,6 +129,7 @@ class GPT2Mapping(Mapping):
         "name": ("decoder_only",), "norm": ("pre",), "norm_type": ("layernorm",),
         "pos": ("learned",), "ffn": tuple(ACTIVATIONS), "attention": ("full",),
         "block": ("sequential",), "qk_norm": (False,), "prefix_lm": (False,),
+        "embed_norm": (False,), "pad_id": (PAD,),
     }  # fmt: skip
 
     def config(self) -> dict[str, Any]:
@@ -177,6 +183,7 @@ class LlamaMapping(Mapping):
         "name": ("decoder_only",), "norm": ("pre",), "norm_type": ("rmsnorm",),
         "pos": ("rope",), "ffn": ("swiglu",), "attention": ("full",),
         "block": ("sequential",), "qk_norm": (False,), "prefix_lm": (False,),
+        "embed_norm": (False,), "pad_id": (PAD,),
     }  # fmt: skip
     grouped_kv = True
 
@@ -264,7 +271,7 @@ class BertMapping(Mapping):
     needs = {
         "name": ("encoder_only",), "norm": ("post",), "norm_type": ("layernorm",),
         "pos": ("learned",), "ffn": tuple(ACTIVATIONS), "attention": ("full",),
-        "block": ("sequential",), "qk_norm": (False,), "embed_norm": (True,),
+        "block": ("sequential",), "qk_norm": (False,), "embed_norm": (True,), "pad_id": (PAD,),
     }  # fmt: skip
 
     def __init__(self, model: Any) -> None:

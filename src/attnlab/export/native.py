@@ -25,10 +25,15 @@ def native_config(model: Any, task: str) -> dict[str, Any]:
 
 
 def save_weights(model: Any, path: Path) -> None:
-    """The state dict as safetensors; tensors that share storage (tied tables) once."""
-    from safetensors.torch import save_model
+    """The state dict as safetensors, a parameter shared by two modules (tied tables) once,
+    under the first name ``named_parameters`` gives it (``load_model`` fills in the others).
+    Written by Python, so a full or read-only disk is an OSError like any other write."""
+    from safetensors.torch import save
 
-    save_model(model, str(path))
+    unique = {name for name, _ in model.named_parameters()}
+    unique |= {name for name, _ in model.named_buffers()}
+    tensors = {k: v.contiguous() for k, v in model.state_dict().items() if k in unique}
+    path.write_bytes(save(tensors, metadata={"format": "pt"}))
 
 
 def load_native(folder: str | Path) -> tuple[Any, Any, str]:
@@ -54,7 +59,8 @@ def load_native(folder: str | Path) -> tuple[Any, Any, str]:
         raise CheckpointError(f"{path} has format version {meta.get('version')}, this attnlab "
                               f"reads {VERSION}; export the run again")  # fmt: skip
     try:
-        model = build_model(ModelConfig.from_dict(dict(meta["model"])), str(meta["task"]))
+        model = build_model(ModelConfig.from_dict(dict(meta["model"]), strict=False),
+                            str(meta["task"]))
     except UserError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
     except (KeyError, TypeError) as exc:

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from attnlab.nn.kernels import AttentionInputs, Keeps, LayerCache, Past
+from attnlab.nn.visibility import Visibility
 
 
 class DynamicKV:
@@ -363,15 +364,6 @@ class StaticCache:
         self.positions[:, index] = positions.expand(self.positions.size(0), -1)
         self.key_real[:, index] = key_real
 
-    def visible(self, index: Tensor, prefix_len: Tensor | None) -> Tensor:
-        """(B, 1, T, capacity): ``attention_mask`` over the slots, for queries at ``index``."""
-        slots = self.slots.view(1, 1, -1)
-        mask = slots <= index.view(1, -1, 1)
-        if prefix_len is not None:
-            mask = mask | (slots < prefix_len.view(-1, 1, 1))
-        mask = (mask & self.key_real.unsqueeze(1)) | (slots == index.view(1, -1, 1))
-        return mask.unsqueeze(1)
-
     def attention_inputs(
         self, stack: Any, tokens: Tensor | None, positions: Tensor | None,
         key_real: Tensor | None, prefix_len: Tensor | None,
@@ -389,8 +381,11 @@ class StaticCache:
             positions = index
         self.record(index, positions.view(-1, index.size(0)), key_real)
         scheme = stack.positions
+        # the slots are the keys: causal by slot, the unfilled ones (not real) hidden
+        visibility = Visibility(index, self.slots, causal=True, prefix_len=prefix_len,
+                                key_real=self.key_real, sees_itself=True)  # fmt: skip
         return positions, AttentionInputs(
-            mask=self.visible(index, prefix_len),
+            mask=visibility.dense(),
             bias=scheme.bias(positions, self.positions),
             rope=scheme.rotary(positions),
             scores=partial(scheme.scores, q_pos=positions, k_pos=self.positions)

@@ -266,7 +266,7 @@ class PromptDecoding(DecodingState):
         self.positions = (self.key_real.long().cumsum(-1) - 1).clamp(min=0)
         self.prefix_len = (
             torch.full((prompt.size(0),), prompt.size(1), device=prompt.device)
-            if model.cfg.prefix_lm
+            if model.cfg.get("prefix_lm")
             else None
         )
         self._fed = 0

@@ -102,7 +102,7 @@ def has_position_table(model: Architecture) -> bool:
     """Whether the model's positions come from a table of ``model.max_len`` rows."""
     from attnlab.nn.positions import POSITIONS
 
-    return type(model).takes_positions and POSITIONS.get(model.cfg.pos).max_len_bound
+    return "pos" in model.cfg and POSITIONS.get(model.cfg.pos).max_len_bound
 
 
 def position_room(model: Architecture, inputs: Tensor) -> int | None:

@@ -1,10 +1,10 @@
 """The architectures (one interface, registered by name); no Lightning, no Hydra.
 
-``ARCHITECTURES`` finds each by the line of :mod:`attnlab.catalog` that names it.
+``ARCHITECTURES`` finds each through its config (:mod:`attnlab.components.architectures`).
 """
 
 from attnlab.model_config import ModelConfig
-from attnlab.models.interface import ARCHITECTURES, Architecture, Feeding
+from attnlab.models.interface import ARCHITECTURES, Architecture, Feeding  # noqa: F401
 from attnlab.models.recurrent import RecurrentModel
 from attnlab.models.transformer import (
     DecoderOnly,
@@ -12,7 +12,6 @@ from attnlab.models.transformer import (
     EncoderOnly,
     TransformerModel,
     build_model,
-    count_parameters,
 )
 from attnlab.models.vit import VisionTransformer
 
@@ -28,5 +27,4 @@ __all__ = [
     "TransformerModel",
     "VisionTransformer",
     "build_model",
-    "count_parameters",
 ]

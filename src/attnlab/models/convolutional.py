@@ -22,10 +22,11 @@ import math
 import torch
 from torch import Tensor, nn
 
+from attnlab.components.architectures import ConvolutionalConfig
 from attnlab.errors import ConfigError
 from attnlab.model_config import ModelConfig
 from attnlab.models.flops import output_flops
-from attnlab.models.interface import Architecture, Feeding
+from attnlab.models.interface import Architecture
 from attnlab.models.stack import make_positions
 from attnlab.models.transformer import mean_over_real
 from attnlab.nn.convolution import (
@@ -35,9 +36,7 @@ from attnlab.nn.convolution import (
     MultiStepAttention,
     normed_linear,
 )
-from attnlab.nn.positions import POSITIONS, Positions
-
-POSITION_HOOKS = ("rotary", "bias", "scores")  # what a scheme does inside dot-product attention
+from attnlab.nn.positions import Positions
 
 
 class ConvEncoder(nn.Module):
@@ -160,13 +159,7 @@ class ConvSeq2Seq(Architecture):
     ``embed_norm``, …) have defaults everywhere and are not used here.
     """
 
-    feeding = Feeding(
-        seq2seq="teacher_forcing",
-        lm="causal",
-        classification="mean",
-        pools=("mean", "max"),
-    )
-    attention_heads = False  # no heads: d_model need not divide into them
+    feeding = ConvolutionalConfig.feeding
     decoding = "convolutional"  # attnlab.inference.convolutional
 
     def __init__(self, cfg: ModelConfig, task: str = "seq2seq") -> None:
@@ -203,34 +196,6 @@ class ConvSeq2Seq(Architecture):
         with torch.no_grad():
             table.weight[pad_id].zero_()
         return table
-
-    @classmethod
-    def check(cls, cfg: ModelConfig) -> None:
-        super().check(cfg)
-        scheme: type[Positions] = POSITIONS.get(cfg.pos)
-        if any(getattr(scheme, h) is not getattr(Positions, h) for h in POSITION_HOOKS):
-            raise ConfigError(
-                f"model.pos={cfg.pos} acts inside dot-product self-attention, which model=conv "
-                "has none of; use learned (the paper's), sinusoidal or none"
-            )
-        scheme.check_config(cfg)
-        if cfg.init != "paper":
-            raise ConfigError(
-                f"model.init={cfg.init}: model=conv initialises as Gehring et al. §3.5 "
-                "(model.init=paper); remove it"
-            )
-        cls.check_lengths(cfg, cfg.max_len, "model.max_len")
-
-    @classmethod
-    def check_lengths(cls, cfg: ModelConfig, longest: int, what: str = "the data") -> None:
-        """A convolution wider than the longest sequence it reads has taps that only ever
-        multiply padding: weights (2C·C a tap, per layer) that no token reaches."""
-        if cfg.kernel_size > longest:
-            raise ConfigError(
-                f"model.kernel_size={cfg.kernel_size} is wider than the longest sequence "
-                f"({what}: {longest} tokens), so its taps past that read only padding; use "
-                f"model.kernel_size<={longest} (the paper's is 3 to 5)"
-            )
 
     def output_logits(self, hidden: Tensor) -> Tensor:
         return self.lm_head(self.dropout(hidden))

@@ -1,8 +1,9 @@
 """The architecture interface: all that tasks, generation, diagnostics and the bench ask of a model.
 
-An architecture is one subclass of :class:`Architecture` registered by name in
-``ARCHITECTURES``; its class attribute ``feeding`` (a :class:`Feeding`) declares
-how each task feeds it, so no caller ever checks a model's class:
+An architecture is one subclass of :class:`Architecture`, named by its config (the keys it
+reads, its parts, :mod:`attnlab.components.architectures`); its class attribute ``feeding``
+(a :class:`Feeding`, its config's) declares how each task feeds it, so no caller ever checks
+a model's class:
 
 =====================  ==================================================================
 task                   layouts an architecture may declare
@@ -29,72 +30,19 @@ Hydra or the inference runtime.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import Tensor, nn
 
+from attnlab.components.feeding import LM_LAYOUTS, SEQ2SEQ_LAYOUTS, TASK_KINDS, Feeding
 from attnlab.errors import ConfigError
 from attnlab.registry import Registry
 
 if TYPE_CHECKING:
     from attnlab.model_config import ModelConfig
 
-TASK_KINDS = ("seq2seq", "lm", "classification", "image_classification")
-SEQ2SEQ_LAYOUTS = ("teacher_forcing", "source_sep_target")
-LM_LAYOUTS = ("causal", "masked")
-
-
-@dataclass(frozen=True)
-class Feeding:
-    """How each task feeds an architecture; ``None``: the task does not apply to it.
-
-    ``pools``: the ``model.pool`` values ``pooled`` accepts (the first is the default
-    when a classification layout is not given). ``refusals``: per task, why it does
-    not apply and what to use instead (the one-line error a user sees).
-    """
-
-    seq2seq: str | None = None
-    lm: str | None = None
-    classification: str | None = None
-    image_classification: str | None = None
-    pools: tuple[str, ...] = ()
-    refusals: dict[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        assert self.seq2seq in (None, *SEQ2SEQ_LAYOUTS), self.seq2seq
-        assert self.lm in (None, *LM_LAYOUTS), self.lm
-        for pool in (self.classification, self.image_classification):
-            assert pool is None or pool in self.pools, (pool, self.pools)
-
-    def layout(self, task: str) -> str | None:
-        return getattr(self, task, None)
-
-    def serves(self, task: str) -> bool:
-        return self.layout(task) is not None
-
-    def refusal(self, task: str) -> str:
-        if task == "image_classification":
-            default = "it reads token sequences, not images; use model=vit"
-        else:
-            default = f"it declares no way to be fed {task} data"
-        return self.refusals.get(task, default)
-
-    def prompt_layout(self, task: str) -> str | None:
-        """How generation lays out its inputs for ``task``: ``source`` (right-padded
-        source tokens, decoding from BOS), ``prompt`` (a left-padded prompt the model
-        continues) or None (this architecture does not generate for the task)."""
-        if task == "seq2seq" and self.seq2seq == "teacher_forcing":
-            return "source"
-        if (task == "seq2seq" and self.seq2seq == "source_sep_target") or (
-            task == "lm" and self.lm == "causal"
-        ):
-            return "prompt"
-        return None
-
-    def default_pool(self, task: str) -> str | None:
-        layout = self.layout(task)
-        return layout if task.endswith("classification") else None
+__all__ = ["ARCHITECTURES", "LM_LAYOUTS", "SEQ2SEQ_LAYOUTS", "TASK_KINDS", "Architecture",
+           "Feeding", "architecture"]  # fmt: skip
 
 
 class Architecture(nn.Module):
@@ -105,13 +53,8 @@ class Architecture(nn.Module):
     recurrent baseline has no encoder as a language model).
     """
 
+    # how each task feeds it: its config's (attnlab.components.architectures)
     feeding: ClassVar[Feeding] = Feeding()
-    takes_grid: ClassVar[bool] = False  # reads image patches: 2-D position schemes apply
-    attention_heads: ClassVar[bool] = True  # n_heads, pos and the head-size rules apply
-    takes_positions: ClassVar[bool] = True  # reads model.pos (a table bounds its length)
-    causal_attention: ClassVar[bool] = False  # has causal self-attention (a decoder)
-    takes_prefix_lm: ClassVar[bool] = False  # model.prefix_lm applies (decoder_only)
-    takes_documents: ClassVar[bool] = False  # forward(tokens, documents=…): document masking
     # the family of decoding states that generates with it (attnlab.inference.DECODINGS);
     # None: it does not generate
     decoding: ClassVar[str | None] = None
@@ -119,61 +62,6 @@ class Architecture(nn.Module):
     def __init__(self, cfg: ModelConfig, task: str = "lm") -> None:
         super().__init__()
         self.cfg, self.task = cfg, task
-
-    @classmethod
-    def check(cls, cfg: ModelConfig) -> None:
-        """Raise ConfigError for options this architecture cannot take (before data loads);
-        with ``attention_heads``, each component of its Transformer stacks checks its keys."""
-        from attnlab.nn.positions import POSITIONS
-
-        if cfg.prefix_lm and not cls.takes_prefix_lm:
-            raise ConfigError("model.prefix_lm=true applies to model=decoder_only only; remove it")
-        if cls.attention_heads:
-            from attnlab.models.stack import TransformerStack
-
-            TransformerStack.check_config(cfg)
-        if POSITIONS.get(cfg.pos).needs_grid and not cls.takes_grid:
-            raise ConfigError(
-                f"model.pos={cfg.pos} places image patches on a grid and model={cfg.name} reads "
-                "sequences; use it with model=vit, or choose a 1-D scheme (learned, "
-                "sinusoidal, rope, …)"
-            )
-        from attnlab.nn.attention_kinds import ATTENTION_KINDS
-
-        kind = ATTENTION_KINDS.get(cfg.attention)
-        if cfg.attention != "full" and not cls.attention_heads:
-            raise ConfigError(f"model.attention={cfg.attention} applies to Transformers, not "
-                              f"model={cfg.name}; remove it")  # fmt: skip
-        if cfg.activation_checkpointing and not cls.attention_heads:
-            raise ConfigError(
-                "model.activation_checkpointing=true checkpoints Transformer layers, which "
-                f"model={cfg.name} has none of; remove it"
-            )
-        if not cfg.bias and not cls.attention_heads:
-            raise ConfigError(
-                "model.bias=false removes the biases of Transformer layers, which "
-                f"model={cfg.name} has none of; remove it"
-            )
-        if cls.causal_attention and not kind.causal_ok:
-            raise ConfigError(kind.causal_error)
-        from attnlab.models.parametrization import check as check_parametrization
-
-        check_parametrization(cfg, transformer_stacks=cls.attention_heads)
-        pools = cls.feeding.pools
-        if cfg.pool is not None and cfg.pool not in pools:
-            name = cfg.name
-            if not pools:
-                raise ConfigError(f"model.pool={cfg.pool} does not apply to model={name}; "
-                                  "remove it")  # fmt: skip
-            raise ConfigError(
-                f"model.pool={cfg.pool} is not valid for model={name}; use one of: "
-                f"{', '.join(pools)}"
-            )
-
-    @classmethod
-    def check_lengths(cls, cfg: ModelConfig, longest: int, what: str = "the data") -> None:
-        """Raise ConfigError for sizes that the data's ``longest`` sequence makes pointless
-        (checked before the model is built); nothing by default."""
 
     def pool_for(self, task: str) -> str:
         """The pooling ``pooled`` applies: ``model.pool`` or the feeding's default."""

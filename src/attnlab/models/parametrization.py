@@ -31,7 +31,9 @@ Width is ``d_model`` (the heads keep their number and grow in size; d_ff and the
 widths keep their ratio to it). Which dimension of a weight is a width dimension is read,
 as ``mup.set_base_shapes`` reads it, by comparing its shape with the same weight of the
 model built at the base width: a dimension that differs is a width. The architectures with
-Transformer stacks take μP; the recurrent and convolutional baselines are refused.
+Transformer stacks take μP; the recurrent and convolutional baselines do not read
+``model.param`` (:class:`attnlab.components.layers.MaximalUpdateConfig` declares its keys and
+checks).
 
 attnlab implements the table itself rather than through Microsoft's ``mup`` package:
 ``mup`` requires torchvision, pandas and seaborn (a second torch build on CPU machines),
@@ -43,7 +45,7 @@ only rescales it (:func:`apply_mup`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -69,39 +71,11 @@ class Readout(nn.Linear):
         return F.linear(x * self.multiplier, self.weight, self.bias)
 
 
-def check(cfg: ModelConfig, transformer_stacks: bool) -> None:
-    """Refuse what μP cannot take, naming the option (run from the architecture's check)."""
-    if cfg.param == "sp":
-        return
-    if not transformer_stacks:
-        raise ConfigError(
-            f"model.param=mup applies to Transformer architectures, not model={cfg.name}; "
-            "use model.param=sp"
-        )
-    if cfg.attention == "linear":
-        raise ConfigError(
-            "model.param=mup scales softmax attention logits by 1/d_head and "
-            "model.attention=linear has none; use model.param=sp or a softmax attention kind"
-        )
-    base = base_config(cfg)
-    if base.d_model % cfg.n_heads:
-        raise ConfigError(
-            f"model.mup_base_width={cfg.mup_base_width} is not divisible by "
-            f"model.n_heads={cfg.n_heads}; choose a base width with mup_base_width % n_heads == 0"
-        )
-    head_size = base.d_model // cfg.n_heads
-    if cfg.pos == "rope" and head_size % 2:
-        raise ConfigError(
-            f"model.mup_base_width={cfg.mup_base_width} gives heads of {head_size}, which RoPE "
-            "cannot rotate in pairs; choose a base width whose head size is even"
-        )
-
-
 def base_config(cfg: ModelConfig) -> ModelConfig:
     """The same model at ``model.mup_base_width``: every width scaled by base/d_model."""
     ratio = cfg.mup_base_width / cfg.d_model
     d_ff = None if cfg.d_ff is None else max(1, round(cfg.d_ff * ratio))
-    return replace(cfg, d_model=cfg.mup_base_width, d_ff=d_ff)
+    return cfg.replace(d_model=cfg.mup_base_width, d_ff=d_ff)
 
 
 @dataclass(frozen=True)
@@ -204,7 +178,7 @@ def readout(cfg: ModelConfig, d_in: int, d_out: int, bias: bool = True) -> Reado
     default initialisation (spread ∝ fan_in^-½) and, under μP, the spread it has at the base
     width with the 1/m multiplier."""
     layer = Readout(d_in, d_out, bias=bias)
-    if cfg.param == "mup":
+    if cfg.get("param") == "mup":
         mult = cfg.mup_base_width / cfg.d_model
         with torch.no_grad():
             layer.weight.mul_(math.sqrt(1.0 / mult))

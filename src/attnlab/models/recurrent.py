@@ -22,11 +22,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from attnlab.components.architectures import RecurrentConfig
 from attnlab.errors import ConfigError
 from attnlab.model_config import ModelConfig
 from attnlab.models.flops import output_flops
 from attnlab.models.initialization import initialize
-from attnlab.models.interface import Architecture, Feeding
+from attnlab.models.interface import Architecture
 from attnlab.models.transformer import mean_over_real
 from attnlab.nn.recurrent import (
     GATES,
@@ -183,19 +184,11 @@ class RecurrentModel(Architecture):
     * ``paper``: every parameter U(−0.1, 0.1) (Luong et al. 2015, §4.1)
     * ``xavier``, ``gpt2``: as for the Transformer (:mod:`attnlab.models.initialization`)
 
-    The Transformer-only keys (``n_heads``, ``d_ff``, ``norm``, ``norm_type``, ``pos``,
-    ``ffn``, ``attn_impl``, ``attn_dropout``, ``max_len``, ``scale_embeddings``,
-    ``embed_norm``) have defaults everywhere and are not used here.
+    The keys it reads are its config's (:class:`attnlab.components.architectures.
+    RecurrentConfig`); a Transformer's keys (``n_heads``, ``norm``, ``pos``, …) are refused.
     """
 
-    feeding = Feeding(
-        seq2seq="teacher_forcing",
-        lm="causal",
-        classification="last",
-        pools=("last", "attention", "mean"),
-    )
-    attention_heads = False  # d_model need not divide into heads
-    takes_positions = False  # the recurrence orders the tokens: model.pos is not used
+    feeding = RecurrentConfig.feeding
     decoding = "recurrent"  # attnlab.inference.recurrent
 
     def __init__(self, cfg: ModelConfig, task: str = "seq2seq") -> None:
@@ -228,21 +221,6 @@ class RecurrentModel(Architecture):
             initialize(self, self.cfg.init, self.cfg.d_model, self.cfg.n_layers)
         if self.cfg.tie != "none" and self.task != "classification":
             self.lm_head.weight = self.embedding.weight  # Press & Wolf 2017
-
-    @classmethod
-    def check(cls, cfg: ModelConfig) -> None:
-        super().check(cfg)
-        if cfg.input_feeding and not cfg.rnn_attention.startswith("luong"):
-            raise ConfigError(
-                "model.input_feeding=true is Luong's (§3.3); use model.rnn_attention=luong_dot "
-                "or luong_general"
-            )
-        if cfg.encoder_layers != cfg.decoder_layers:
-            raise ConfigError(
-                f"model.n_encoder_layers={cfg.encoder_layers} and model.n_decoder_layers="
-                f"{cfg.decoder_layers} differ; model=rnn starts each decoder layer from the same "
-                "encoder layer's final state: make them equal"
-            )
 
     def embed(self, tokens: Tensor) -> Tensor:
         return self.dropout(self.embedding(tokens))

@@ -17,13 +17,11 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from attnlab.model_config import ModelConfig
-from attnlab.nn.attention import MultiHeadAttention
-from attnlab.nn.attention_kinds import ATTENTION_KINDS
 from attnlab.nn.dropout import Dropout
 from attnlab.nn.kernels import AttentionInputs
-from attnlab.nn.layers import DecoderLayer, EncoderLayer, ParallelLayer
-from attnlab.nn.norms import RESIDUALS, StackDepth, make_norm
-from attnlab.nn.positions import POSITIONS, Positions
+from attnlab.nn.norms import StackDepth, make_norm
+from attnlab.nn.positions import Positions
+from attnlab.nn.visibility import Visibility
 
 
 class TokenEmbedding(nn.Module):
@@ -50,35 +48,16 @@ def attention_mask(
     prefix_len: Tensor | None = None,
     documents: Tensor | None = None,
 ) -> Tensor | None:
-    """Boolean mask (B|1, 1, Tq, Tk), True where query i may attend to key j.
-
-    causal: j ≤ i; prefix-LM also lets every query see keys j < prefix_len
-    (Raffel et al. 2020, §3.2.1); padding: keys that are padding are hidden.
-    ``documents`` (B, T), each position's document within the block: a query sees only
-    keys of its own document (document masking, as in Llama 3's pre-training, Dubey et
-    al. 2024, §3.2). A query may always see itself, so no row is ever empty.
-    """
-    mask: Tensor | None = None
-    if causal:
-        mask = (k_index.view(1, -1) <= q_index.view(-1, 1)).unsqueeze(0)  # (1, Tq, Tk)
-        if prefix_len is not None:
-            mask = mask | (k_index.view(1, 1, -1) < prefix_len.view(-1, 1, 1))
-    if documents is not None:
-        same = documents.unsqueeze(2) == documents.unsqueeze(1)  # (B, Tq, Tk)
-        mask = same if mask is None else mask & same
-    if key_real is not None:
-        keys = key_real.unsqueeze(1)  # (B, 1, Tk)
-        mask = keys if mask is None else mask & keys
-        mask = mask | (k_index.view(1, 1, -1) == q_index.view(1, -1, 1))
-    return None if mask is None else mask.unsqueeze(1)
+    """Boolean mask (B|1, 1, Tq, Tk), True where query i may attend to key j: a stack's
+    rules (causal, prefix-LM, documents, padding; a query always sees itself) lowered to a
+    dense mask by :class:`~attnlab.nn.visibility.Visibility`."""
+    return Visibility(q_index, k_index, causal, prefix_len, documents, key_real,
+                      sees_itself=True).dense()  # fmt: skip
 
 
 def make_positions(cfg: ModelConfig, causal: bool, grid: tuple[int, int] | None) -> Positions:
-    """The ``model.pos`` scheme; image schemes (``needs_grid``) also get the patch grid."""
-    cls = POSITIONS.get(cfg.pos)
-    if cls.needs_grid:
-        return cls(cfg.d_model, cfg.n_heads, cfg.max_len, causal, grid=grid)
-    return cls(cfg.d_model, cfg.n_heads, cfg.max_len, causal)
+    """The ``model.pos`` scheme, built by its config; image schemes also get the patch grid."""
+    return cfg.component("pos").build(cfg, causal, grid)
 
 
 def drop_biases(*modules: nn.Module | None) -> None:
@@ -119,41 +98,27 @@ class TransformerStack(nn.Module):
         grid: tuple[int, int] | None = None,
     ) -> None:
         super().__init__()
-        self.causal, self.pad_id = causal, cfg.pad_id
+        self.causal, self.pad_id = causal, cfg.get("pad_id")  # a ViT's stack reads no tokens
         self.checkpointing = cfg.activation_checkpointing
         self.sparse = cfg.attention != "full"
         self.embedding = embedding
         # relative buckets look both ways unless attention is purely causal: a prefix-LM
         # sees keys to its right inside the prefix (Mesh TF, Unitransformer.fully_autoregressive)
-        fully_causal = causal and not cfg.prefix_lm
+        fully_causal = causal and not cfg.get("prefix_lm")
         self.positions = make_positions(cfg, fully_causal, grid)
         self.dropout = Dropout(cfg.dropout)
         self.embed_norm = make_norm(cfg.norm_type, cfg.d_model) if cfg.embed_norm else None
         depth = depth or StackDepth()
 
-        def layer() -> nn.Module:
-            if cfg.block == "parallel":
-                return ParallelLayer(cfg, causal)
-            return DecoderLayer(cfg, cross, depth) if causal else EncoderLayer(cfg, depth)
-
-        self.layers = nn.ModuleList(layer() for _ in range(n_layers))
+        block = cfg.component("block")
+        self.layers = nn.ModuleList(block.build(cfg, causal, cross, depth) for _ in range(n_layers))
         self.final_norm = (
             make_norm(cfg.norm_type, cfg.d_model)
-            if RESIDUALS.get(cfg.norm).final_norm
+            if cfg.component("norm").target().final_norm
             else nn.Identity()
         )
         if not cfg.bias:
             drop_biases(self.layers, self.embed_norm, self.final_norm)
-
-    @classmethod
-    def check_config(cls, cfg: ModelConfig) -> None:
-        """Each component a stack builds from ``cfg`` checks the keys it reads."""
-        components: list[Any] = [MultiHeadAttention, POSITIONS.get(cfg.pos),
-                                 ATTENTION_KINDS.get(cfg.attention)]  # fmt: skip
-        if cfg.block == "parallel":
-            components.append(ParallelLayer)
-        for component in components:
-            component.check_config(cfg)
 
     def forward(
         self,
@@ -170,7 +135,8 @@ class TransformerStack(nn.Module):
         """tokens (B, T) -> hidden states (B, T, d_model).
 
         ``documents`` (B, T): which document of the block each token belongs to; attention
-        stays within a document (:func:`attention_mask`). Fresh sequences only (no cache).
+        stays within a document (:class:`~attnlab.nn.visibility.Visibility`). Fresh sequences
+        only (no cache).
 
         ``embeds`` (B, T, d_model) replaces ``tokens`` (pass None) for inputs that are
         not tokens, such as image patches; positions are added to them all the same.
@@ -192,8 +158,7 @@ class TransformerStack(nn.Module):
 
         memory_inputs = None
         if memory is not None:
-            memory_mask = None if memory_real is None else memory_real[:, None, None, :]
-            memory_inputs = AttentionInputs(mask=memory_mask)
+            memory_inputs = AttentionInputs(mask=Visibility.real_keys(memory_real).dense())
 
         x = embeds if embeds is not None else self.embedding(tokens)
         x = self.positions.embed(x, positions)
@@ -239,25 +204,22 @@ class TransformerStack(nn.Module):
         k_positions, k_real = positions, key_real
         if cache is not None:
             k_positions, k_real = cache.append(positions, key_real)
-        # one new query over an unpadded cache may see every key: no mask to build
-        single_step = cache is not None and offset > 0 and T == 1 and k_real is None
-        mask = None
-        sparse = self.sparse  # the kind builds its own pattern: no (T, T) mask
-        if not single_step and not sparse:
-            k_index = torch.arange(offset + T, device=device)
-            mask = attention_mask(q_index, k_index, k_real, self.causal, prefix_len, documents)
+        visibility = Visibility(q_index, torch.arange(offset + T, device=device), self.causal,
+                                prefix_len, documents, k_real, sees_itself=True,
+                                fresh=offset == 0)  # fmt: skip
         bias = self.positions.bias(positions, k_positions)
-        # pure causal self-attention over a fresh sequence: let the fused kernel
-        # apply causality itself (flash / memory-efficient path, no (T, T) mask)
         content = self.positions.content_dependent
-        fast_causal = self.causal and offset == 0 and k_real is None and prefix_len is None
-        fast_causal = fast_causal and documents is None
-        fast_causal = fast_causal and bias is None and not content and not sparse
+        # pure causal self-attention over a fresh sequence: the fused kernel applies
+        # causality itself (flash / memory-efficient path, no (T, T) mask); a kind builds its
+        # own pattern from the padding; one new query over an unpadded cache sees every key
+        plain = visibility.plain_causal and bias is None and not content and not self.sparse
+        single_step = cache is not None and offset > 0 and T == 1 and k_real is None
+        dense = not (plain or single_step or self.sparse)
         inputs = AttentionInputs(
-            mask=None if fast_causal else mask,
+            mask=visibility.dense() if dense else None,
             bias=bias,
             rope=self.positions.rotary(positions),
-            is_causal=fast_causal,
+            is_causal=plain,
             scores=partial(self.positions.scores, q_pos=positions, k_pos=k_positions)
             if content
             else None,

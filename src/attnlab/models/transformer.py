@@ -16,12 +16,16 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnlab.errors import ConfigError
+from attnlab.components.architectures import (
+    DecoderOnlyConfig,
+    EncoderDecoderConfig,
+    EncoderOnlyConfig,
+)
 from attnlab.model_config import ModelConfig
 from attnlab.models.flops import output_flops, transformer_flops
 from attnlab.models.initialization import initialize
-from attnlab.models.interface import ARCHITECTURES, Architecture, Feeding
-from attnlab.models.parametrization import Readout, apply_mup
+from attnlab.models.interface import Architecture
+from attnlab.models.parametrization import Readout
 from attnlab.models.stack import TokenEmbedding, TransformerStack
 from attnlab.nn.norms import RESIDUALS, StackDepth
 from attnlab.special_tokens import BOS, PAD
@@ -60,23 +64,13 @@ def mean_over_real(hidden: Tensor, real: Tensor) -> Tensor:
 class EncoderOnly(TransformerModel):
     """A bidirectional encoder; every position sees every non-padding position (BERT)."""
 
-    feeding = Feeding(
-        lm="masked",
-        classification="mean",
-        pools=("mean",),
-        refusals={
-            "seq2seq": "an encoder-only model cannot generate a target sequence; "
-            "use model=decoder_only or model=encoder_decoder",
-        },
-    )
+    feeding = EncoderOnlyConfig.feeding
 
     def __init__(self, cfg: ModelConfig, task: str = "lm") -> None:
         super().__init__(cfg, task)
         depth = StackDepth("encoder", n_encoder=cfg.n_layers, n_decoder=0)
         self.encoder = TransformerStack(cfg, self.embedding, cfg.n_layers, False, depth=depth)
         self._finish(cfg.n_layers, {"encoder": depth})
-
-    takes_documents = True
 
     def hidden(self, tokens: Tensor, key_real: Tensor | None = None,
                documents: Tensor | None = None) -> Tensor:  # fmt: skip
@@ -98,12 +92,7 @@ class EncoderOnly(TransformerModel):
 class DecoderOnly(TransformerModel):
     """A causal decoder without cross-attention (GPT). ``prefix_len`` makes it a prefix-LM."""
 
-    feeding = Feeding(
-        seq2seq="source_sep_target", lm="causal", classification="last", pools=("last", "mean")
-    )
-    causal_attention = True
-    takes_prefix_lm = True
-    takes_documents = True
+    feeding = DecoderOnlyConfig.feeding
     decoding = "transformer"  # attnlab.inference.decoding: decoder, hidden, lm_head
 
     def __init__(self, cfg: ModelConfig, task: str = "lm") -> None:
@@ -147,26 +136,8 @@ class DecoderOnly(TransformerModel):
 class EncoderDecoder(TransformerModel):
     """Encoder over the source; decoder over the shifted target with cross-attention."""
 
-    feeding = Feeding(
-        seq2seq="teacher_forcing",
-        classification="decoder_start",
-        pools=("decoder_start", "mean"),
-        refusals={
-            "lm": "language modelling has no source sequence for an encoder; "
-            "use model=decoder_only (causal LM) or model=encoder_only (masked LM)",
-        },
-    )
-    causal_attention = True  # the decoder's
+    feeding = EncoderDecoderConfig.feeding
     decoding = "transformer"  # attnlab.inference.decoding: encode, decoder, lm_head
-
-    @classmethod
-    def check(cls, cfg: ModelConfig) -> None:
-        super().check(cfg)
-        if cfg.block == "parallel":
-            raise ConfigError(
-                "model.block=parallel has no place for cross-attention; use it with "
-                "model=decoder_only, encoder_only or vit, or model.block=sequential"
-            )
 
     def __init__(self, cfg: ModelConfig, task: str = "seq2seq") -> None:
         super().__init__(cfg, task)
@@ -226,31 +197,20 @@ class EncoderDecoder(TransformerModel):
         )
 
 
-def _architecture_for(cfg: ModelConfig, task: str | None) -> tuple[type[Architecture], str]:
-    """The class of ``model=<cfg.name>`` and the task it is built for (default: the first
-    its feeding serves)."""
-    cls = ARCHITECTURES.get(cfg.name)
+def _default_task(cfg: ModelConfig, task: str | None) -> str:
+    """``task``, or the first task the architecture's feeding serves."""
     if task is None:
-        from attnlab.models.interface import TASK_KINDS
+        from attnlab.components.feeding import TASK_KINDS
 
-        task = next(t for t in TASK_KINDS if cls.feeding.serves(t))
-    return cls, task
+        task = next(t for t in TASK_KINDS if cfg.architecture.feeding.serves(t))
+    return task
 
 
 def build_model(cfg: ModelConfig, task: str | None = None) -> Architecture:
-    """Instantiate the architecture named by ``cfg.name`` for data of kind ``task``
-    (default: the first task its feeding serves), in the parametrisation ``cfg.param``."""
-    cls, task = _architecture_for(cfg, task)
-    model = cls(cfg, task)
-    if cfg.param == "mup":
-        apply_mup(model, cfg)
+    """The architecture ``cfg`` names, built by its config for data of kind ``task`` (default:
+    the first task its feeding serves), in the parametrisation ``model.param`` chose."""
+    model = cfg.architecture.build(cfg, _default_task(cfg, task))
+    if "param" in cfg:
+        cfg.component("param").apply(model, cfg)
     return model
 
-
-def count_parameters(cfg: ModelConfig, task: str | None = None) -> int:
-    """The parameters ``build_model(cfg, task)`` would hold, counted exactly without
-    allocating them: the model built on the ``meta`` device (shapes only, no storage, no
-    random numbers drawn). μP changes no shape, so the SP model is counted."""
-    cls, task = _architecture_for(cfg, task)
-    with torch.device("meta"):
-        return cls(cfg, task).num_params()

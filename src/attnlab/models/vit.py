@@ -20,11 +20,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from attnlab.components.architectures import VisionTransformerConfig
 from attnlab.errors import ConfigError
 from attnlab.model_config import ModelConfig
 from attnlab.models.flops import transformer_flops
 from attnlab.models.initialization import initialize
-from attnlab.models.interface import Architecture, Feeding
+from attnlab.models.interface import Architecture
 from attnlab.models.stack import TransformerStack
 from attnlab.nn.norms import RESIDUALS, StackDepth
 
@@ -39,16 +40,7 @@ def patchify(pixels: Tensor, patch: int) -> Tensor:
 class VisionTransformer(Architecture):
     """An encoder over image patches with a [CLS] token (Dosovitskiy et al. 2021, eq. 1–4)."""
 
-    feeding = Feeding(
-        image_classification="cls",
-        pools=("cls", "mean"),
-        refusals={
-            task: "the Vision Transformer reads images; use data=digits or data=images, or "
-            "model=encoder_only for token sequences"
-            for task in ("seq2seq", "lm", "classification")
-        },
-    )
-    takes_grid = True
+    feeding = VisionTransformerConfig.feeding
 
     def __init__(self, cfg: ModelConfig, task: str = "image_classification") -> None:
         super().__init__(cfg, task)

@@ -10,13 +10,12 @@ The kernel — Attention(·) itself, eq. 1 — is chosen once per layer
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.errors import ConfigError
 from attnlab.model_config import ATTN_IMPLS
 from attnlab.nn.kernels import (
     AttentionInputs,
@@ -30,9 +29,6 @@ from attnlab.nn.kernels import (
 )
 from attnlab.nn.normalization import make_norm
 from attnlab.nn.positions import apply_rotary
-
-if TYPE_CHECKING:
-    from attnlab.model_config import ModelConfig
 
 __all__ = [
     "ATTN_IMPLS",
@@ -79,21 +75,6 @@ class MultiHeadAttention(nn.Module):
     ``norm_type``) before the scores, so the logits cannot grow without bound
     (Dehghani et al. 2023, §3.1.1; OLMo 2).
     """
-
-    @classmethod
-    def check_config(cls, cfg: ModelConfig) -> None:
-        """h heads of d_model/h each, and key/value heads that divide the query heads."""
-        if cfg.d_model % cfg.n_heads:
-            raise ConfigError(
-                f"model.d_model={cfg.d_model} is not divisible by "
-                f"model.n_heads={cfg.n_heads}; choose sizes with d_model % n_heads == 0"
-            )
-        n_kv = cfg.n_kv_heads
-        if n_kv is not None and (not isinstance(n_kv, int) or n_kv <= 0 or cfg.n_heads % n_kv):
-            raise ConfigError(
-                f"model.n_kv_heads={n_kv} must divide model.n_heads={cfg.n_heads} "
-                "(1: multi-query attention; null: one K/V head per query head)"
-            )
 
     def __init__(
         self, d_model: int, n_heads: int, dropout: float = 0.0, impl: str = "sdpa",

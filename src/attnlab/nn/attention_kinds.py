@@ -36,9 +36,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnlab.components.attention import LinformerConfig
 from attnlab.errors import ConfigError
 from attnlab.nn.kernels import Keeps, math_attention
 from attnlab.nn.positions import apply_rotary
+from attnlab.nn.visibility import Visibility
 from attnlab.registry import Registry
 
 if TYPE_CHECKING:
@@ -72,22 +74,6 @@ class AttentionKind(nn.Module):
             raise ConfigError(self.causal_error)
         self.cfg, self.causal = cfg, causal
 
-    @classmethod
-    def check_config(cls, cfg: ModelConfig) -> None:
-        """A pattern or kernel of its own takes no additive position bias, and has no
-        prefix-LM form (both are masks or biases on the full score matrix)."""
-        if cfg.pos in ("alibi", "t5_relative", "xl_relative"):
-            raise ConfigError(
-                f"model.attention={cfg.attention} builds its own sparse or kernelised "
-                f"pattern and takes no additive position bias (model.pos={cfg.pos}); use "
-                "model.pos=rope, sinusoidal, learned or none"
-            )
-        if cfg.prefix_lm:
-            raise ConfigError(
-                f"model.attention={cfg.attention} has no prefix-LM pattern; use "
-                "model.prefix_lm=false or model.attention=full"
-            )
-
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None,
         q_offset: int = 0, dropout_p: float = 0.0,
@@ -105,13 +91,22 @@ class AttentionKind(nn.Module):
 
         Built from ``pattern()``, so a new softmax kind defines only its rule; the kinds
         without a pattern (linformer, linear) are causal or see every key."""
-        own_rule = self.pattern is not None and type(self).pattern is not AttentionKind.pattern
-        if own_rule:
-            rule = self.pattern(Tq, Tk, q_offset, device)
-            return _positions(Tq, Tk, q_offset, device, rule).expand(Tq, Tk)
-        if not self.causal:
-            return None
-        return _positions(Tq, Tk, q_offset, device, lambda i, j: j <= i)
+        if type(self).pattern is AttentionKind.pattern and not self.causal:
+            return None  # full, bidirectional: every key
+        dense = self.visibility(Tq, Tk, q_offset, None, device).dense()
+        return None if dense is None else dense[0, 0]
+
+    def visibility(
+        self, Tq: int, Tk: int, q_offset: int = 0, key_real: Tensor | None = None,
+        device: torch.device | None = None,
+    ) -> Visibility:  # fmt: skip
+        """The rules of ``Tq`` queries at q_offset … over ``Tk`` keys: the kind's pattern (or
+        causality, for a kind without one) and the padding."""
+        rule = self.pattern(Tq, Tk, q_offset, device) if self.pattern is not None else None
+        if rule is None and self.causal:
+            rule = _causal
+        return Visibility(torch.arange(q_offset, q_offset + Tq, device=device),
+                          torch.arange(Tk, device=device), pattern=rule, key_real=key_real)
 
     def pattern(
         self, Tq: int, Tk: int, q_offset: int = 0, device: torch.device | None = None
@@ -126,8 +121,8 @@ class AttentionKind(nn.Module):
         self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None, q_offset: int = 0
     ) -> Tensor:
         """softmax(QKᵀ/√d + M)V with M = ``mask()`` and padding, computed explicitly."""
-        mask = self.mask(q.size(2), k.size(2), q_offset, q.device)
-        return math_attention(q, k, v, _with_padding(mask, key_real))[0]
+        visible = self.visibility(q.size(2), k.size(2), q_offset, key_real, q.device).dense()
+        return math_attention(q, k, v, visible)[0]
 
 
 ATTENTION_KINDS: Registry[type[AttentionKind]] = Registry("model.attention")
@@ -151,12 +146,8 @@ def _positions(Tq: int, Tk: int, q_offset: int, device: torch.device | None, rul
     return rule(i, j)
 
 
-def _with_padding(mask: Tensor | None, key_real: Tensor | None) -> Tensor | None:
-    """(Tq, Tk) pattern and (B, Tk) padding as one (B|1, 1, Tq|1, Tk) mask."""
-    if key_real is None:
-        return mask
-    padding = key_real[:, None, None, :]
-    return padding if mask is None else mask & padding
+def _causal(i: Tensor, j: Tensor) -> Tensor:
+    return j <= i
 
 
 def _window_rule(window: int, causal: bool) -> Rule:
@@ -279,18 +270,17 @@ def _dense_rows(
     q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None, dropout_p: float
 ) -> Tensor:
     """Global queries: every (non-padding) key, T_q × T_k with T_q = the few global rows."""
-    mask = torch.ones(1, 1, 1, k.size(2), dtype=torch.bool, device=q.device)
-    return _attend_masked(q, k, v, _with_padding(mask, key_real), dropout_p)
+    rows = torch.arange(q.size(2), device=q.device)
+    visible = Visibility(rows, torch.arange(k.size(2), device=q.device), key_real=key_real).dense()
+    if visible is None:
+        visible = torch.ones(1, 1, 1, k.size(2), dtype=torch.bool, device=q.device)
+    return _attend_masked(q, k, v, visible, dropout_p)
 
 
 class FullAttention(AttentionKind):
     """softmax(QKᵀ/√d + M)V over every key (Vaswani et al. 2017, eq. 1): the baseline."""
 
     sparse = False
-
-    @classmethod
-    def check_config(cls, cfg: ModelConfig) -> None:
-        """Every position scheme and the prefix-LM mask apply."""
 
     def attend(
         self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None,
@@ -301,10 +291,10 @@ class FullAttention(AttentionKind):
             return F.scaled_dot_product_attention(
                 q, k, v, dropout_p=dropout_p, is_causal=self.causal
             )
-        mask = self.mask(q.size(2), k.size(2), q_offset, q.device)
-        if mask is None:
-            mask = torch.ones(1, k.size(2), dtype=torch.bool, device=q.device)
-        return _attend_masked(q, k, v, _with_padding(mask, key_real), dropout_p)
+        visible = self.visibility(q.size(2), k.size(2), q_offset, key_real, q.device).dense()
+        if visible is None:
+            visible = torch.ones(1, k.size(2), dtype=torch.bool, device=q.device)
+        return _attend_masked(q, k, v, visible, dropout_p)
 
 
 class SlidingWindowAttention(AttentionKind):
@@ -481,13 +471,9 @@ class LinformerAttention(AttentionKind):
     there is no causal form, and ``q_offset`` is ignored.
     """
 
-    causal_ok, has_params = False, True
+    causal_ok, has_params = LinformerConfig.causal_ok, True
     pattern = None  # type: ignore[assignment]  # not a softmax over a key pattern
-    causal_error = (
-        "model.attention=linformer mixes every position into its k projections, so it "
-        "cannot be causal; use it with model=encoder_only or vit, or choose "
-        "sliding_window/linear for decoders"
-    )
+    causal_error = LinformerConfig.causal_error
 
     def __init__(self, cfg: ModelConfig, causal: bool) -> None:
         super().__init__(cfg, causal)

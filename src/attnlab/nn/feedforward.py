@@ -18,10 +18,11 @@ FEEDFORWARDS: Registry[type[nn.Module]] = Registry("model.ffn")
 
 
 def default_d_ff(ffn: str, d_model: int) -> int:
-    """4·d_model, or ⅔ of it for gated units so the parameter count stays comparable."""
-    if ffn == "swiglu":
-        return int(2 * 4 * d_model / 3)
-    return 4 * d_model
+    """4·d_model, or ⅔ of it for gated units so the parameter count stays comparable
+    (each ``model.ffn`` config says which it is)."""
+    from attnlab.components import FAMILIES
+
+    return FAMILIES["ffn"].get(ffn).default_d_ff(d_model)
 
 
 class FeedForward(nn.Module):

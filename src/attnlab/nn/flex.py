@@ -79,25 +79,14 @@ def block_mask(
     kind: AttentionKind, Tq: int, Tk: int, q_offset: int, key_real: Tensor | None,
     device: torch.device,
 ) -> Any:  # fmt: skip
-    """FlexAttention's BlockMask of ``kind.pattern()`` and the padding."""
+    """FlexAttention's BlockMask of ``kind``'s rules (its ``pattern()`` and the padding,
+    :meth:`~attnlab.nn.attention_kinds.AttentionKind.visibility`)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    rule = kind.pattern(Tq, Tk, q_offset, device)
-    assert rule is not None
-
-    if key_real is None:
-
-        def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            return rule(q_idx + q_offset, kv_idx)
-
-        batch = None
-    else:
-
-        def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            return rule(q_idx + q_offset, kv_idx) & key_real[b, kv_idx]
-
-        batch = key_real.size(0)
-    return create_block_mask(mask_mod, batch, None, Tq, Tk, device=device)
+    assert kind.pattern is not None
+    rules = kind.visibility(Tq, Tk, q_offset, key_real, device)
+    batch = None if key_real is None else key_real.size(0)
+    return create_block_mask(rules.mask_mod(), batch, None, Tq, Tk, device=device)
 
 
 def flex_attend(

@@ -18,14 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor, nn
 
-from attnlab.errors import ConfigError
 from attnlab.nn.attention import MultiHeadAttention
-from attnlab.nn.attention_kinds import ATTENTION_KINDS
 from attnlab.nn.dropout import Dropout
-from attnlab.nn.feedforward import FEEDFORWARDS
 from attnlab.nn.kernels import AttentionInputs
 from attnlab.nn.normalization import make_norm
-from attnlab.nn.norms import RESIDUALS, StackDepth
+from attnlab.nn.norms import StackDepth
 
 if TYPE_CHECKING:
     from attnlab.model_config import ModelConfig
@@ -35,8 +32,8 @@ ONE_STACK = StackDepth()  # a layer built on its own: the default depth (one dec
 
 
 def residual(cfg: ModelConfig, depth: StackDepth) -> nn.Module:
-    """The ``model.norm`` placement around one sublayer."""
-    return RESIDUALS.get(cfg.norm)(cfg.d_model, cfg.norm_type, cfg.dropout, depth)
+    """The ``model.norm`` placement around one sublayer, built by its config."""
+    return cfg.component("norm").build(cfg, depth)
 
 
 def attention(cfg: ModelConfig, causal: bool = False, cross: bool = False) -> MultiHeadAttention:
@@ -44,7 +41,7 @@ def attention(cfg: ModelConfig, causal: bool = False, cross: bool = False) -> Mu
     cross-attention is always full."""
     kind = None
     if cfg.attention != "full" and not cross:
-        kind = ATTENTION_KINDS.get(cfg.attention)(cfg, causal and not cfg.prefix_lm)
+        kind = cfg.component("attention").build(cfg, causal and not cfg.get("prefix_lm"))
     return MultiHeadAttention(
         cfg.d_model, cfg.n_heads, cfg.attn_dropout, cfg.attn_impl,
         n_kv_heads=cfg.n_kv_heads, qk_norm=cfg.qk_norm, norm_type=cfg.norm_type, kind=kind,
@@ -52,7 +49,8 @@ def attention(cfg: ModelConfig, causal: bool = False, cross: bool = False) -> Mu
 
 
 def feedforward(cfg: ModelConfig) -> nn.Module:
-    return FEEDFORWARDS.get(cfg.ffn)(cfg.d_model, cfg.ff_dim, cfg.dropout)
+    """The ``model.ffn`` network, built by its config."""
+    return cfg.component("ffn").build(cfg)
 
 
 class EncoderLayer(nn.Module):
@@ -114,16 +112,6 @@ class ParallelLayer(nn.Module):
         self.norm = make_norm(cfg.norm_type, cfg.d_model)
         self.self_attn, self.ffn = attention(cfg, causal), feedforward(cfg)
         self.dropout = Dropout(cfg.dropout)
-
-    @classmethod
-    def check_config(cls, cfg: ModelConfig) -> None:
-        """One Pre-LN norm feeds both sublayers, so no other placement applies."""
-        if cfg.norm != "pre":
-            raise ConfigError(
-                f"model.block=parallel shares one Pre-LN norm between attention and the FFN "
-                f"(GPT-J, PaLM); it cannot be combined with model.norm={cfg.norm}: use "
-                "model.norm=pre or model.block=sequential"
-            )
 
     def forward(
         self,

@@ -15,16 +15,12 @@ left-padded batches and cached decoding place every token correctly.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from attnlab.errors import ConfigError
 from attnlab.registry import Registry
-
-if TYPE_CHECKING:
-    from attnlab.model_config import ModelConfig
 
 POSITIONS: Registry[type[Positions]] = Registry("model.pos")
 
@@ -43,10 +39,6 @@ class Positions(nn.Module):
     def __init__(self, d_model: int, n_heads: int, max_len: int, causal: bool) -> None:
         super().__init__()
         self.d_model, self.n_heads, self.max_len, self.causal = d_model, n_heads, max_len, causal
-
-    @classmethod
-    def check_config(cls, cfg: ModelConfig) -> None:
-        """Raise ConfigError for model sizes this scheme cannot encode (before data loads)."""
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         return x
@@ -79,11 +71,6 @@ def _angles(pos: Tensor, dim: int) -> Tensor:
 
 class SinusoidalPositions(Positions):
     """PE(pos, 2i) = sin(pos/10000^(2i/d_model)), PE(pos, 2i+1) = cos(…)  (§3.5)."""
-
-    @classmethod
-    def check_config(cls, cfg: ModelConfig) -> None:
-        if cfg.d_model % 2:  # a sin and a cos per frequency
-            raise ConfigError(f"model.pos={cfg.pos} needs an even model.d_model")
 
     def encoding(self, pos: Tensor) -> Tensor:
         angles = _angles(pos, self.d_model)
@@ -206,14 +193,6 @@ class RotaryPositions(Positions):
 
     q_mᵀk_n then depends on positions only through m − n.
     """
-
-    @classmethod
-    def check_config(cls, cfg: ModelConfig) -> None:
-        if cfg.d_head % 2:  # rotations act on pairs of a head's dimensions
-            raise ConfigError(
-                f"model.pos=rope needs an even head size, got d_model/n_heads={cfg.d_head}; "
-                "change model.d_model or model.n_heads"
-            )
 
     def rotary(self, pos: Tensor) -> tuple[Tensor, Tensor]:
         angles = _angles(pos, self.d_model // self.n_heads)  # (…, T, d_head/2)

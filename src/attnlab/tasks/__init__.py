@@ -2,30 +2,19 @@
 
 from __future__ import annotations
 
-from attnlab.errors import ConfigError
+from attnlab.components.architectures import check_compatible
 from attnlab.registry import Registry
 from attnlab.tasks.base import OptimConfig, Task, lr_multiplier
 from attnlab.tasks.classification import ClassificationTask, ImageClassificationTask
 from attnlab.tasks.language_modeling import LanguageModelTask
 from attnlab.tasks.seq2seq import Seq2SeqTask
 
-TASKS: Registry[type[Task]] = Registry("data task")
-
-
-def check_compatible(architecture: str, task: str, prefix_lm: bool = False) -> None:
-    """Raise ConfigError for an architecture/task pair its feeding declaration does not serve."""
-    from attnlab.models import ARCHITECTURES
-
-    feeding = ARCHITECTURES.get(architecture).feeding
-    if not feeding.serves(task):
-        raise ConfigError(
-            f"model={architecture} does not fit a {task} data set: {feeding.refusal(task)}"
-        )
-    if prefix_lm and task == "lm":
-        raise ConfigError(
-            "model.prefix_lm=true attends bidirectionally over an input, and language-modelling "
-            "data has none; use it with seq2seq or classification data, or remove it"
-        )
+TASKS: Registry[type[Task]] = Registry("data task", {
+    "seq2seq": "attnlab.tasks.seq2seq:Seq2SeqTask",
+    "lm": "attnlab.tasks.language_modeling:LanguageModelTask",
+    "classification": "attnlab.tasks.classification:ClassificationTask",
+    "image_classification": "attnlab.tasks.classification:ImageClassificationTask",
+})  # fmt: skip
 
 
 def task_class(task: str) -> type[Task]:

@@ -122,7 +122,7 @@ class Task(L.LightningModule):
         run passes both, so the config is validated and the model built once)."""
         super().__init__()
         self.save_hyperparameters(ignore=["model_config", "architecture"])
-        self.model_cfg = model_config or ModelConfig.from_dict(dict(model))
+        self.model_cfg = model_config or ModelConfig.from_dict(dict(model), strict=False)
         self.optim_cfg = OptimConfig(**(optim or {}))
         self.task_cfg = TaskConfig(**(task or {}))
         self.decode_cfg = DecodeConfig(**(decode or {}))

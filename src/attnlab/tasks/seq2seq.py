@@ -151,7 +151,7 @@ class Seq2SeqTask(Task):
             decoder_in, labels = teacher_forcing(tgt)
             return self.model(src, decoder_in), labels
         seq, labels, prefix_len = join_source_target(src, tgt)
-        prefix = prefix_len if self.model_cfg.prefix_lm else None
+        prefix = prefix_len if self.model_cfg.get("prefix_lm") else None
         return self.model(seq, prefix_len=prefix), labels
 
     def sequence_lengths(self, batch: dict[str, Tensor]) -> tuple[int, int]:

@@ -1,0 +1,166 @@
+"""Attention: the projections every Transformer layer has, the kind (which keys a query
+sees and how the softmax is computed) and the kernel (the configs; the modules are in
+:mod:`attnlab.nn.attention`, :mod:`attnlab.nn.attention_kinds`, :mod:`attnlab.nn.kernels`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attnlab.components.core import (
+    ComponentConfig,
+    Family,
+    Key,
+    ModelKeys,
+    at_least_zero,
+    positive,
+    positive_or_null,
+    probability,
+)
+from attnlab.errors import ConfigError
+
+
+class MultiHeadAttentionConfig(ComponentConfig):
+    """MultiHead(Q, K, V) = Concat(head_1 … head_h) W_O (Vaswani et al. 2017, §3.2.2), with
+    grouped-query heads (Ainslie et al. 2023) and query-key normalisation (Dehghani et al.
+    2023): a part of every Transformer layer."""
+
+    name = "attention heads"
+    keys = {
+        "n_heads": Key(4, int, positive, "attention heads h; d_model/h each"),
+        "n_kv_heads": Key(None, int | None, positive_or_null,
+                          "key/value heads: 1 = multi-query; null = n_heads (multi-head)"),
+        "qk_norm": Key(False, bool, None, "normalise queries and keys per head (Dehghani et al. "
+                       "2023; OLMo 2)"),
+        "attn_dropout": Key(0.0, float, probability, "dropout on the attention weights"),
+    }  # fmt: skip
+
+    @classmethod
+    def check(cls, cfg: ModelKeys) -> None:
+        """h heads of d_model/h each, and key/value heads that divide the query heads."""
+        if cfg.d_model % cfg.n_heads:
+            raise ConfigError(
+                f"model.d_model={cfg.d_model} is not divisible by "
+                f"model.n_heads={cfg.n_heads}; choose sizes with d_model % n_heads == 0"
+            )
+        n_kv = cfg.n_kv_heads
+        if n_kv is not None and cfg.n_heads % n_kv:
+            raise ConfigError(
+                f"model.n_kv_heads={n_kv} must divide model.n_heads={cfg.n_heads} "
+                "(1: multi-query attention; null: one K/V head per query head)"
+            )
+
+
+# model.attention ---------------------------------------------------------------------------
+WINDOW = Key(256, int, positive, "sliding_window, longformer: each query sees w neighbours")
+ATTN_BLOCK = Key(64, int, positive, "the query block of the sparse kernels; bigbird's block")
+
+
+class AttentionKindConfig(ComponentConfig):
+    """Base of ``model.attention``: ``cls(cfg, causal)``, the kernel between the projections.
+
+    ``causal_ok``: it has a causal form (a decoder can use it). ``sparse``: a pattern that
+    skips keys, or a kernel of its own: no additive position bias on the full score matrix,
+    no prefix-LM mask."""
+
+    causal_ok = True
+    sparse = True
+    causal_error = "this attention kind cannot be causal"
+
+    @classmethod
+    def build(cls, cfg: ModelKeys, causal: bool) -> Any:
+        return cls.target()(cfg, causal)
+
+
+ATTENTION_KINDS = Family("attention", "which keys a query sees", "full", AttentionKindConfig)
+
+
+@ATTENTION_KINDS.declare
+class FullAttentionConfig(AttentionKindConfig):
+    """softmax(QKᵀ/√d + M)V over every key (Vaswani et al. 2017, eq. 1): the baseline."""
+
+    name, builds, sparse = "full", "attnlab.nn.attention_kinds:FullAttention", False
+
+
+@ATTENTION_KINDS.declare
+class SlidingWindowConfig(AttentionKindConfig):
+    """Each query sees the w nearest keys: |i − j| < w, or i − w < j ≤ i when causal
+    (Beltagy et al. 2020, §3.1; Mistral's SWA)."""
+
+    name, builds = "sliding_window", "attnlab.nn.attention_kinds:SlidingWindowAttention"
+    keys = {"window": WINDOW, "attn_block": ATTN_BLOCK}
+
+
+@ATTENTION_KINDS.declare
+class LongformerConfig(AttentionKindConfig):
+    """The sliding window plus g global tokens that attend and are attended everywhere
+    (Beltagy et al. 2020, §3.1 "global attention")."""
+
+    name, builds = "longformer", "attnlab.nn.attention_kinds:LongformerAttention"
+    keys = {"window": WINDOW, "attn_block": ATTN_BLOCK,
+            "n_global": Key(1, int, positive, "the first n_global positions attend and are "
+                            "attended everywhere")}  # fmt: skip
+
+
+@ATTENTION_KINDS.declare
+class BigBirdConfig(AttentionKindConfig):
+    """Blocks of b: 3 window blocks, 1 global block and r random blocks per query block
+    (Zaheer et al. 2020, §2, Fig. 1)."""
+
+    name, builds = "bigbird", "attnlab.nn.attention_kinds:BigBirdAttention"
+    keys = {"attn_block": ATTN_BLOCK,
+            "n_random": Key(2, int, at_least_zero, "random key blocks per query block "
+                            "(seeded)")}  # fmt: skip
+
+
+@ATTENTION_KINDS.declare
+class LinformerConfig(AttentionKindConfig):
+    """softmax(Q (E K)ᵀ/√d) F V: keys and values projected along the sequence to k rows
+    (Wang et al. 2020, eq. 7); not causal."""
+
+    name, builds = "linformer", "attnlab.nn.attention_kinds:LinformerAttention"
+    keys = {"linformer_k": Key(256, int, positive, "keys and values projected along the "
+                               "sequence to k rows")}  # fmt: skip
+    causal_ok = False
+    causal_error = (
+        "model.attention=linformer mixes every position into its k projections, so it "
+        "cannot be causal; use it with model=encoder_only or vit, or choose "
+        "sliding_window/linear for decoders"
+    )
+
+
+@ATTENTION_KINDS.declare
+class LinearAttentionConfig(AttentionKindConfig):
+    """φ(Q)(φ(K)ᵀV) / φ(Q)(φ(K)ᵀ1), φ = elu + 1 (Katharopoulos et al. 2020, eq. 4–6)."""
+
+    name, builds = "linear", "attnlab.nn.attention_kinds:LinearAttention"
+
+
+# model.attn_impl ---------------------------------------------------------------------------
+class AttentionImplConfig(ComponentConfig):
+    """Base of ``model.attn_impl``: how ``MultiHeadAttention`` computes its kind
+    (:func:`attnlab.nn.kernels.choose_kernel`)."""
+
+
+ATTN_IMPLS = Family("attn_impl", "how attention is computed", "sdpa", AttentionImplConfig)
+
+
+@ATTN_IMPLS.declare
+class FusedImplConfig(AttentionImplConfig):
+    """torch's fused scaled_dot_product_attention (flash / memory-efficient); the sparse kinds
+    through FlexAttention on CUDA, their blocked kernels on a CPU."""
+
+    name = "sdpa"
+
+
+@ATTN_IMPLS.declare
+class ExplicitImplConfig(AttentionImplConfig):
+    """softmax(QKᵀ/√d_k)V written out (Vaswani et al. 2017, eq. 1); the kinds' references."""
+
+    name = "math"
+
+
+@ATTN_IMPLS.declare
+class FlexImplConfig(AttentionImplConfig):
+    """FlexAttention for every softmax kind (Dong et al. 2024); trains on CUDA only."""
+
+    name = "flex"

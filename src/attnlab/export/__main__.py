@@ -1,0 +1,5 @@
+"""``python -m attnlab.export``."""
+
+from attnlab.export import main
+
+raise SystemExit(main())
