@@ -181,9 +181,10 @@ def measured(command: list[str], env: dict[str, str] | None = None) -> dict[str,
 
 def prepare_command(inputs: list[Path], out: Path, tokenizer: Path, workers: int,
                     val_fraction: float = 0.001) -> list[str]:  # fmt: skip
+    unit = [] if all(p.suffix == ".jsonl" for p in inputs) else ["--unit", "paragraph"]
     return [sys.executable, "-m", "attnlab.prepare", *map(str, inputs), "--out", str(out),
-            "--tokenizer", str(tokenizer), "--unit", "paragraph", "--val-fraction",
-            str(val_fraction), "--workers", str(workers)]  # fmt: skip
+            "--tokenizer", str(tokenizer), *unit, "--val-fraction", str(val_fraction),
+            "--workers", str(workers)]  # fmt: skip
 
 
 def _env() -> dict[str, str]:

@@ -33,7 +33,7 @@ from attnlab.data.hub import is_saved_dataset
 from attnlab.errors import DataError
 
 UNITS = ("file", "paragraph", "line")
-_LOCAL = "pass its files (text, JSON-lines or parquet) instead"
+_LOCAL = "pass local files (text, JSON-lines or parquet) instead"
 LINES_PER_PIECE = 512  # as data=text's encode_text
 Piece = tuple[str, bool]  # (text, ends its document)
 
