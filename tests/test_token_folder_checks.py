@@ -242,3 +242,30 @@ def test_a_file_named_as_the_record_that_is_not_attnlabs_is_left_alone(
     (folder / RECORD).write_bytes(found)
     setup(folder)
     assert (folder / RECORD).read_bytes() == found
+
+
+def test_a_json_file_is_parsed_with_no_garbage_collection_inside_the_parser(
+    tmp_path: Path,
+) -> None:
+    """A collection inside the parser of a file nested near the recursion limit would run
+    other objects' finalizers with no stack left: Python then prints "Exception ignored in
+    sys.unraisablehook" beside the one error line."""
+    import gc
+    import json
+
+    from attnlab.data.shards import read_json
+
+    path = tmp_path / "index.json"
+    path.write_text(json.dumps([[i] for i in range(100_000)]))  # allocations enough to collect
+    collections: list[str] = []
+
+    def seen(phase: str, info: dict) -> None:
+        collections.append(phase)
+
+    gc.collect()
+    gc.callbacks.append(seen)
+    try:
+        assert len(read_json(path)) == 100_000
+    finally:
+        gc.callbacks.remove(seen)
+    assert collections == [] and gc.isenabled()

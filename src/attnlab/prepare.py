@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import math
 import os
 import shlex
@@ -78,6 +77,7 @@ from attnlab.data.shards import (
     SPLITS,
     VERSION,
     dtype_for,
+    read_json,
     sha256_file,
     write_json_atomic,
 )
@@ -290,7 +290,7 @@ def check_folder(out: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
         path = out / name
         if path.is_file():
             try:
-                found = json.loads(path.read_text(encoding="utf-8"))
+                found = read_json(path)
             except (OSError, ValueError, RecursionError):  # RecursionError: nested too deep
                 found = {}
             if not isinstance(found, dict) or found.get("settings") != settings:

@@ -18,7 +18,6 @@ shards are verified on every run (a note says so).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from attnlab.data.shards import AGAIN, write_json_atomic
+from attnlab.data.shards import AGAIN, read_json, write_json_atomic
 from attnlab.errors import DataError
 
 RECORD = ".attnlab-verified.json"
@@ -64,7 +63,7 @@ def read_record(folder: Path) -> tuple[dict[str, Any], bool]:
     if not path.exists():
         return {}, True
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = read_json(path)
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return {}, False
     if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:

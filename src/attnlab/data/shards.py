@@ -24,6 +24,7 @@ is verified once, apart (:mod:`attnlab.data.shard_verification`).
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -78,6 +79,24 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     write_atomic(path, (json.dumps(obj, indent=1) + "\n").encode())
 
 
+def read_json(path: Path) -> Any:
+    """``json.loads`` of ``path``'s text, with the garbage collector held off while it parses.
+
+    A file nested thousands deep (``[[[[…``) takes the parser to the recursion limit before
+    its RecursionError; a collection that ran there would call unrelated objects'
+    finalizers with no stack left, and Python would print "Exception ignored in
+    sys.unraisablehook" to stderr beside the one-line error.
+    """
+    text = path.read_text(encoding="utf-8")
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return json.loads(text)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def read_index(folder: str | os.PathLike, key: str = "data.path") -> dict[str, Any]:
     """``index.json`` of a prepared folder; DataError naming ``key`` and the fix otherwise."""
     folder = Path(os.path.expanduser(str(folder)))
@@ -95,7 +114,7 @@ def read_index(folder: str | os.PathLike, key: str = "data.path") -> dict[str, A
             "attnlab-prepare wrote"
         )
     try:
-        index = json.loads(path.read_text(encoding="utf-8"))
+        index = read_json(path)
     except OSError as e:
         raise DataError(f"{key}: cannot read {path} ({e.strerror or e}); make it readable") from e
     except (UnicodeDecodeError, ValueError, RecursionError) as e:  # Recursion: nested too deep
