@@ -163,13 +163,27 @@ def test_an_optuna_study_continues_where_it_stopped(tmp_path: Path) -> None:
     assert len(set(params)) == 4  # the continued study does not replay its first trials
 
 
+def told(folder: Path) -> int:
+    """Completed trials in the study a running search writes; read once a job has run (so the
+    search has made the database: two processes making one race)."""
+    import sqlalchemy.exc
+
+    if not any(folder.glob("*/summary.json")):
+        return 0
+    try:
+        return sum(t.state.name == "COMPLETE" for t in study_trials(folder))
+    except sqlalchemy.exc.OperationalError:  # the database locked by a write
+        return 0
+
+
 @pytest.mark.slow
 def test_a_killed_six_trial_study_ends_with_six_trials_not_nine(tmp_path: Path) -> None:
     folder = tmp_path / "search"
     args = ["-m", *JOB, *SEARCH, "hydra.sweeper.n_trials=6", f"hydra.sweep.dir={folder}"]
     proc = start("train", *args, new_session=True)
     deadline = time.monotonic() + 300
-    while len(list(folder.glob("*/summary.json"))) < 3 and time.monotonic() < deadline:
+    # a job writes its summary, then the launching process tells the study its value
+    while told(folder) < 3 and time.monotonic() < deadline:
         time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGKILL)
     finish(proc)
@@ -209,20 +223,31 @@ def stopped_study(folder: Path, states: list[str]) -> dict:
     return params
 
 
-def test_a_trial_left_running_by_a_killed_search_is_failed_and_counted(tmp_path: Path) -> None:
+def test_each_trial_records_the_parameters_value_and_directory_of_its_job(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "search"
+    assert sweep(folder, *SEARCH, "hydra.sweeper.n_trials=1") == 0
+    (trial,) = study_trials(folder)
+    job = summary(folder / "0")
+    assert trial.state.name == "COMPLETE" and trial.value == job["metrics"]["val/loss"]
+    assert trial.params == {"optim.lr": job["config"]["optim"]["lr"],
+                            "optim.warmup_steps": job["config"]["optim"]["warmup_steps"],
+                            "model.dropout": job["config"]["model"]["dropout"]}  # fmt: skip
+    assert trial.user_attrs["run_dir"] == str(folder / "0")
+
+
+def test_a_trial_left_running_by_a_killed_search_is_failed_and_asked_again(
+    tmp_path: Path,
+) -> None:
     folder = tmp_path / "search"
     folder.mkdir()
-    stopped_study(folder, ["COMPLETE", "RUNNING"])
-    assert sweep(folder, *SEARCH, "hydra.sweeper.n_trials=3", "resume=true") == 0
+    params = stopped_study(folder, ["COMPLETE", "RUNNING"])
+    assert sweep(folder, *SEARCH, "hydra.sweeper.n_trials=2", "resume=true") == 0
     trials = study_trials(folder)
     assert [t.state.name for t in trials] == ["COMPLETE", "FAIL", "COMPLETE"]
-    new = trials[2]
-    job = summary(folder / "2")  # the next job number: no earlier trial's directory
-    assert new.value == job["metrics"]["val/loss"]
-    assert new.params == {"optim.lr": job["config"]["optim"]["lr"],
-                          "optim.warmup_steps": job["config"]["optim"]["warmup_steps"],
-                          "model.dropout": job["config"]["model"]["dropout"]}  # fmt: skip
-    assert new.user_attrs["run_dir"] == str(folder / "2")
+    assert trials[2].params == params and trials[2].user_attrs["retry_of"] == 1
+    assert summary(folder / "2")["status"] == "completed"  # the next job number
 
 
 @pytest.mark.parametrize(("retry", "states"), [(False, ["FAIL"]), (True, ["FAIL", "COMPLETE"])])

@@ -12,8 +12,8 @@ may be reused) continues the study:
 * trials that finished (complete or failed) count towards ``hydra.sweeper.n_trials``, so
   a 6-trial search stopped after 3 runs 3 more, not 6;
 * a trial left running by a killed process is marked failed (no process will ever
-  report it); with ``retry_failed=true`` each failed trial runs again, as a new trial
-  with the same parameters, that takes its place in the count;
+  report it) and runs again, as a new trial with the same parameters that takes its
+  place in the count; with ``retry_failed=true``, so does each failed trial;
 * new trials take the next job numbers, so no earlier trial's directory is reused;
 * a seeded sampler is seeded from (its seed, trials so far), so the continued study does
   not replay the first trials' parameters, and stays reproducible.

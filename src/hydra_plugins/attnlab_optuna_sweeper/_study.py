@@ -113,26 +113,26 @@ def open_study(sweeper: Any, storage: str | optuna.storages.BaseStorage) -> optu
 
 
 def continue_study(study: optuna.Study, n_trials: int, retry_failed: bool) -> Plan:
-    """Count what earlier runs left: finished trials count towards ``n_trials``; a trial left
-    RUNNING by a killed process is marked failed (no process will ever report it); with
-    ``retry_failed``, each failed trial not yet retried is queued to run again (a new trial,
-    same parameters) and no longer counts."""
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
+    """Count what earlier runs left. A trial left RUNNING by a killed process is marked failed
+    (no process will ever report it) and asked again: a new trial with its parameters takes
+    its place; with ``retry_failed``, so does each failed trial. Every other finished trial
+    counts towards ``n_trials``."""
+    killed = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+    for number in killed:
+        study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
     trials = study.get_trials(deepcopy=False)
     retried = {t.user_attrs[RETRY_OF] for t in trials if RETRY_OF in t.user_attrs}
-    failed = [t for t in trials if t.state == TrialState.FAIL and t.number not in retried]
-    to_retry = failed if retry_failed else []
     finished = [t for t in trials if t.state.is_finished() and t.number not in retried]
-    counted = len(finished) - len(to_retry)
-    to_run = max(n_trials - counted, 0)
-    for trial in to_retry[:to_run]:
+    again = [t for t in finished if t.state == TrialState.FAIL
+             and (t.number in killed or retry_failed)]  # fmt: skip
+    to_run = max(n_trials - (len(finished) - len(again)), 0)
+    again = again[:to_run]  # the others stay failed, and count
+    for trial in again:
         study.enqueue_trial(trial.params, user_attrs={RETRY_OF: trial.number})
     if trials:
-        retries = min(len(to_retry), to_run)
-        retrying = f" ({retries} of them rerunning failed ones)" if retries else ""
-        print(f"optuna: study {study.study_name!r} has {counted} finished trials; "
-              f"running {to_run} more{retrying}", flush=True)  # fmt: skip
+        asked_again = f" ({len(again)} of them asking failed ones again)" if again else ""
+        print(f"optuna: study {study.study_name!r} has {len(finished) - len(again)} finished "
+              f"trials; running {to_run} more{asked_again}", flush=True)  # fmt: skip
     return Plan(to_run=to_run, first_job=len(trials))
 
 
