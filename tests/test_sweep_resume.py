@@ -163,13 +163,27 @@ def test_an_optuna_study_continues_where_it_stopped(tmp_path: Path) -> None:
     assert len(set(params)) == 4  # the continued study does not replay its first trials
 
 
+def told(folder: Path) -> int:
+    """Completed trials in the study a running search writes; read once a job has run (so the
+    search has made the database: two processes making one race)."""
+    import sqlalchemy.exc
+
+    if not any(folder.glob("*/summary.json")):
+        return 0
+    try:
+        return sum(t.state.name == "COMPLETE" for t in study_trials(folder))
+    except sqlalchemy.exc.OperationalError:  # the database locked by a write
+        return 0
+
+
 @pytest.mark.slow
 def test_a_killed_six_trial_study_ends_with_six_trials_not_nine(tmp_path: Path) -> None:
     folder = tmp_path / "search"
     args = ["-m", *JOB, *SEARCH, "hydra.sweeper.n_trials=6", f"hydra.sweep.dir={folder}"]
     proc = start("train", *args, new_session=True)
     deadline = time.monotonic() + 300
-    while len(list(folder.glob("*/summary.json"))) < 3 and time.monotonic() < deadline:
+    # a job writes its summary, then the launching process tells the study its value
+    while told(folder) < 3 and time.monotonic() < deadline:
         time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGKILL)
     finish(proc)
@@ -179,3 +193,97 @@ def test_a_killed_six_trial_study_ends_with_six_trials_not_nine(tmp_path: Path) 
     assert result.returncode == 0, result.stderr[-3000:]
     states = [t.state.name for t in study_trials(folder)]
     assert states.count("COMPLETE") == 6 and len(states) <= 7  # at most one killed mid-run
+
+
+def search_space() -> dict:
+    """The distributions of conf/hparams_search/optuna.yaml, as Optuna records them."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+    return {"optim.lr": FloatDistribution(1e-4, 1e-2, log=True),
+            "optim.warmup_steps": CategoricalDistribution([0, 50, 100, 200, 400]),
+            "model.dropout": FloatDistribution(0.0, 0.3)}  # fmt: skip
+
+
+def stopped_study(folder: Path, states: list[str]) -> dict:
+    """The study a killed search leaves in ``folder``: a trial per state (RUNNING: asked, never
+    told), each with the same parameters; those parameters."""
+    import optuna
+    from optuna.trial import TrialState, create_trial
+
+    params = {"optim.lr": 1e-3, "optim.warmup_steps": 0, "model.dropout": 0.1}
+    study = optuna.create_study(study_name="train", storage=f"sqlite:///{folder}/optuna.db")
+    for state in states:
+        if state == "RUNNING":
+            study.enqueue_trial(params)
+            study.ask(search_space())
+        else:
+            value = 1.0 if state == "COMPLETE" else None
+            study.add_trial(create_trial(state=TrialState[state], value=value, params=params,
+                                         distributions=search_space()))  # fmt: skip
+    return params
+
+
+def test_each_trial_records_the_parameters_value_and_directory_of_its_job(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "search"
+    assert sweep(folder, *SEARCH, "hydra.sweeper.n_trials=1") == 0
+    (trial,) = study_trials(folder)
+    job = summary(folder / "0")
+    assert trial.state.name == "COMPLETE" and trial.value == job["metrics"]["val/loss"]
+    assert trial.params == {"optim.lr": job["config"]["optim"]["lr"],
+                            "optim.warmup_steps": job["config"]["optim"]["warmup_steps"],
+                            "model.dropout": job["config"]["model"]["dropout"]}  # fmt: skip
+    assert trial.user_attrs["run_dir"] == str(folder / "0")
+
+
+def test_a_trial_left_running_by_a_killed_search_is_failed_and_asked_again(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "search"
+    folder.mkdir()
+    params = stopped_study(folder, ["COMPLETE", "RUNNING"])
+    assert sweep(folder, *SEARCH, "hydra.sweeper.n_trials=2", "resume=true") == 0
+    trials = study_trials(folder)
+    assert [t.state.name for t in trials] == ["COMPLETE", "FAIL", "COMPLETE"]
+    assert trials[2].params == params and trials[2].user_attrs["retry_of"] == 1
+    assert summary(folder / "2")["status"] == "completed"  # the next job number
+
+
+@pytest.mark.parametrize(("retry", "states"), [(False, ["FAIL"]), (True, ["FAIL", "COMPLETE"])])
+def test_a_failed_trial_runs_again_with_its_parameters_only_with_retry_failed(
+    tmp_path: Path, retry: bool, states: list[str]
+) -> None:
+    folder = tmp_path / "search"
+    folder.mkdir()
+    params = stopped_study(folder, ["FAIL"])
+    retry_failed = f"retry_failed={str(retry).lower()}"
+    assert sweep(folder, *SEARCH, "hydra.sweeper.n_trials=1", "resume=true", retry_failed) == 0
+    trials = study_trials(folder)
+    assert [t.state.name for t in trials] == states
+    assert all(t.params == params for t in trials)
+    assert [t.user_attrs["retry_of"] for t in trials[1:]] == [0] * (len(trials) - 1)
+
+
+def test_a_search_space_optuna_cannot_draw_from_is_one_line_before_any_trial(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    folder = tmp_path / "search"
+    assert sweep(folder, *SEARCH, "optim.lr=tag(log, interval(0, 1e-2))") == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "optim.lr=tag(log, interval(0, 1e-2))" in err
+    assert "Traceback" not in err and not (folder / "optuna.db").exists()
+
+
+def test_resuming_a_study_in_another_direction_is_refused_and_leaves_it_as_it_was(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    folder = tmp_path / "search"
+    folder.mkdir()
+    stopped_study(folder, ["COMPLETE"])
+    args = [*SEARCH, "hydra.sweeper.direction=maximize", "resume=true"]
+    assert sweep(folder, *args) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "hydra.sweeper.direction=maximize" in err
+    assert "Traceback" not in err
+    assert [t.state.name for t in study_trials(folder)] == ["COMPLETE"]

@@ -20,8 +20,7 @@
 - a resumed run (``ckpt_path=last``) continues its MLflow run (``mlflow_id.txt``).
 
 MLflow is an extra (``pip install -e '.[mlflow]'``: ``mlflow-skinny``, the client without
-the server, whose requirements do not clash with the ``sqlalchemy<2`` that the Optuna
-sweeper needs).
+the server).
 """
 
 from __future__ import annotations
