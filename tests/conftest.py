@@ -19,11 +19,14 @@ torch.set_num_threads(1)  # tiny models: more intra-op threads only add synchron
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("ATTNLAB_DATA_ROOT", REPO_ROOT.parent / "shared" / "data"))
+if SHARED_DATA.is_dir():  # the presets read it (they default to ./data, what attnlab-data fetches)
+    os.environ.setdefault("ATTNLAB_DATA_ROOT", str(SHARED_DATA))
 
 
 @pytest.fixture
 def shared_data() -> Path:
-    """../shared/data beside the checkout; the test is skipped when it is absent."""
+    """The real data sets: $ATTNLAB_DATA_ROOT, else ../shared/data beside the checkout (a
+    copy of what attnlab-data fetches); the test is skipped when it is absent."""
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real data not found at {SHARED_DATA}")
     return SHARED_DATA

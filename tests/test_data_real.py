@@ -1,11 +1,11 @@
-"""The conf/data presets: each instantiates, and the real ones build on ../shared/data.
+"""The conf/data presets: each instantiates, and the real ones build on the data folder
+(``$ATTNLAB_DATA_ROOT``: the tests point it at ../shared/data beside the checkout).
 
-The real-data tests skip when the shared data folder is absent.
+The real-data tests skip when the data folder is absent.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -46,10 +46,11 @@ def built(name: str, tmp_path: Path, **overrides) -> AttnlabDataModule:
     return dm
 
 
-def test_data_root_defaults_to_shared_data_beside_the_checkout(monkeypatch) -> None:
+def test_data_root_defaults_to_data_in_the_working_directory(monkeypatch, tmp_path) -> None:
     monkeypatch.delenv(DATA_ROOT_ENV, raising=False)
-    assert data_root() == os.path.normpath(REPO / ".." / "shared" / "data")
-    assert OmegaConf.create({"p": "${attnlab_data_root:}"}).p == data_root()
+    monkeypatch.chdir(tmp_path)
+    assert data_root() == str(tmp_path / "data")
+    assert OmegaConf.create({"p": "${attnlab_data_root:}"}).p == str(tmp_path / "data")
 
 
 def test_data_root_follows_the_environment_variable(monkeypatch, tmp_path) -> None:

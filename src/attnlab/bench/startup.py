@@ -71,7 +71,8 @@ def no_shakespeare(root: Path) -> dict[str, str] | None:
     """The benchmark's result when Tiny Shakespeare is missing under ``root``, else None."""
     if (root / "tinyshakespeare" / "input.txt").is_file():
         return None
-    return {"skipped": f"no tinyshakespeare/input.txt under {root}; set ATTNLAB_DATA_ROOT"}
+    return {"skipped": f"no tinyshakespeare/input.txt under {root}; fetch it with "
+                       f"`attnlab-data shakespeare --root {root}`, or set ATTNLAB_DATA_ROOT"}
 
 
 def run_env(root: Path, logs: Path) -> dict[str, str]:

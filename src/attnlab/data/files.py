@@ -15,7 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnlab.data.paths import DATA_ROOT_ENV, data_root
+from attnlab.data.sources import set_holding
 from attnlab.errors import DataError
+
+
+def _root_hint(path: Path) -> str:
+    """For a path in the data folder: where else the data folder can be."""
+    root = os.path.abspath(data_root())
+    if os.path.commonpath([root, os.path.abspath(path)]) != root:
+        return ""
+    return f" (or set {DATA_ROOT_ENV} to the folder that holds it)"
 
 
 def existing_file(path: str | os.PathLike | None, key: str) -> Path:
@@ -24,10 +33,14 @@ def existing_file(path: str | os.PathLike | None, key: str) -> Path:
         raise DataError(f"{key} is not set; point {key} at a data file")
     p = Path(os.path.expanduser(str(path)))
     if not p.is_file():
-        hint = ""
-        if str(p).startswith(data_root()):
-            hint = f" (or set {DATA_ROOT_ENV} to the folder holding the shared data)"
-        raise DataError(f"{key}: file not found: {p}; set {key}=/path/to/your/file{hint}")
+        name = set_holding(p, data_root())
+        if name is not None:  # a preset's file: the command that fetches it
+            raise DataError(
+                f"{key}: file not found: {p}; fetch it with: attnlab-data {name} (or set "
+                f"{DATA_ROOT_ENV} to the folder that holds it, or {key}=/path/to/your/file)"
+            )
+        raise DataError(f"{key}: file not found: {p}; set {key}=/path/to/your/file"
+                        f"{_root_hint(p)}")  # fmt: skip
     return p
 
 
@@ -38,10 +51,7 @@ def existing_dir(path: str | os.PathLike | None, key: str) -> Path:
     p = Path(os.path.expanduser(str(path)))
     if not p.is_dir():
         what = "is a file, not a folder" if p.is_file() else "folder not found"
-        hint = ""
-        if str(p).startswith(data_root()):
-            hint = f" (or set {DATA_ROOT_ENV} to the folder holding the shared data)"
-        raise DataError(f"{key}: {what}: {p}; set {key}=/path/to/your/folder{hint}")
+        raise DataError(f"{key}: {what}: {p}; set {key}=/path/to/your/folder{_root_hint(p)}")
     return p
 
 

@@ -1,8 +1,8 @@
 """Where real data and caches live.
 
 Presets point at ``${attnlab_data_root:}/…``. The resolver returns
-``$ATTNLAB_DATA_ROOT`` when set, else ``<repo root>/../shared/data`` — the
-folder that sits beside a checkout (docs/design.md, "Data").
+``$ATTNLAB_DATA_ROOT`` when set, else ``data`` in the working directory — where
+``attnlab-data`` fetches the data sets (docs/design.md, "Data").
 """
 
 from __future__ import annotations
@@ -17,21 +17,12 @@ CACHE_ENV = "ATTNLAB_CACHE"
 DATA_ROOT_RESOLVER = "attnlab_data_root"
 
 
-def repo_root() -> Path | None:
-    """The checkout holding ``conf/`` next to ``src/``, found from this file; None if installed."""
-    for parent in Path(__file__).resolve().parents:
-        if (parent / "conf").is_dir() and (parent / "src").is_dir():
-            return parent
-    return None
-
-
 def data_root() -> str:
-    """``$ATTNLAB_DATA_ROOT``, else ``<repo root>/../shared/data`` (cwd when not in a checkout)."""
+    """``$ATTNLAB_DATA_ROOT``, else ``./data`` of the working directory (as an absolute path)."""
     env = os.environ.get(DATA_ROOT_ENV)
     if env:
         return env
-    base = repo_root() or Path.cwd()
-    return os.path.normpath(base / ".." / "shared" / "data")
+    return os.path.abspath("data")
 
 
 def default_cache_dir() -> Path:
