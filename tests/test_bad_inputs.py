@@ -89,6 +89,11 @@ CONFIG_CASES: dict[str, tuple[list[str], str]] = {
         "an offline run cannot do",
     ),  # fmt: skip
     "lightning_refuses": (["trainer.limit_train_batches=1.5"], "limit_train_batches"),
+    # TINY's epoch has 2 training batches: Lightning's fit refuses it once it counts them
+    # (optim.decay_steps set: the schedule does not count them first)
+    "val_check_past_an_epoch": (
+        ["optim.decay_steps=10", "trainer.val_check_interval=5"], "val_check_interval",
+    ),  # fmt: skip
     "real_key_needs_plus": (["trainer.detect_anomaly=true"], "+trainer.detect_anomaly=true"),
     "strategy_is_a_preset": (["trainer.strategy=ddp"], "trainer=ddp"),
     "flex_on_cpu": (
@@ -122,9 +127,9 @@ CONFIG_CASES: dict[str, tuple[list[str], str]] = {
 }
 # refused after Hydra made the run directory (the job itself found it): a failed summary
 IN_THE_JOB = (
-    "lightning_refuses", "wandb_log_model_offline", "max_len_source_sep_target",
-    "max_len_teacher_forcing", "max_len_lm_block", "max_len_classification",
-    "conv_kernel_wider_than_the_data",
+    "lightning_refuses", "val_check_past_an_epoch", "wandb_log_model_offline",
+    "max_len_source_sep_target", "max_len_teacher_forcing", "max_len_lm_block",
+    "max_len_classification", "conv_kernel_wider_than_the_data",
 )  # fmt: skip
 
 

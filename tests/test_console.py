@@ -102,6 +102,44 @@ def test_the_bar_counts_steps_when_max_steps_is_the_limit(
     assert step_limited(trainer) is limited
 
 
+def test_a_step_limited_bar_shows_optimizer_steps_across_epochs(tmp_path: Path) -> None:
+    import lightning as L
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from attnlab.callbacks.progress import StepProgressBar
+
+    class Linear(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch: list, batch_idx: int) -> torch.Tensor:
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def train_dataloader(self) -> DataLoader:
+            return DataLoader(TensorDataset(torch.ones(3, 2)), batch_size=1)  # 3 per epoch
+
+    class Shown(StepProgressBar):
+        shown: list[tuple[float, float | None, str]] = []
+
+        def on_train_batch_end(self, *args: object) -> None:
+            super().on_train_batch_end(*args)
+            bar = self.train_progress_bar
+            self.shown.append((bar.completed, bar.total, bar.description))
+
+    trainer = L.Trainer(max_steps=5, max_epochs=10, callbacks=[Shown()], logger=False,
+                        default_root_dir=tmp_path, enable_checkpointing=False,
+                        enable_model_summary=False)  # fmt: skip
+    trainer.fit(Linear())
+    assert Shown.shown == [(1, 5, "Steps (epoch 0)"), (2, 5, "Steps (epoch 0)"),
+                           (3, 5, "Steps (epoch 0)"), (4, 5, "Steps (epoch 1)"),
+                           (5, 5, "Steps (epoch 1)")]  # fmt: skip
+
+
 def test_ckpt_path_last_matches_runs_by_what_they_compute_not_by_labels() -> None:
     from attnlab.cli.compose import run_overrides
 

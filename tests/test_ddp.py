@@ -7,12 +7,16 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import get_class
+from torch.utils.data import DataLoader, TensorDataset
 
 from attnlab.cli.common import config_dir, register_resolvers, torchrun_run_dir
+from attnlab.data.base import without_repeats
 from attnlab.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -152,6 +156,23 @@ def test_the_final_test_under_ddp_scores_each_example_once(tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr[-3000:]
     counts = sorted(int((run_dir / f"test_examples_rank{r}.txt").read_text()) for r in (0, 1))
     assert counts == [2, 3]
+
+
+def test_a_test_loader_read_in_order_is_split_over_the_processes_without_repeats() -> None:
+    loader = DataLoader(TensorDataset(torch.arange(5)), batch_size=2)
+    shares = [[int(x) for (batch,) in without_repeats(
+        loader, SimpleNamespace(world_size=2, global_rank=rank)) for x in batch]
+        for rank in (0, 1)]  # fmt: skip
+    assert sorted(shares[0] + shares[1]) == [0, 1, 2, 3, 4]
+    assert sorted(len(share) for share in shares) == [2, 3]
+
+
+def test_a_shuffled_or_single_process_test_loader_is_left_as_it_is() -> None:
+    data = TensorDataset(torch.arange(5))
+    shuffled, in_order = DataLoader(data, shuffle=True), DataLoader(data)
+    assert without_repeats(shuffled, SimpleNamespace(world_size=2, global_rank=0)) is shuffled
+    assert without_repeats(in_order, SimpleNamespace(world_size=1, global_rank=0)) is in_order
+    assert without_repeats(in_order, None) is in_order
 
 
 def test_torchrun_run_directory_comes_from_the_rendezvous_id() -> None:

@@ -379,3 +379,15 @@ def test_a_directory_locked_by_another_process_is_still_refused(
     monkeypatch.setattr(fcntl, "flock", locked)
     with pytest.raises(ConfigError, match="is being written by another run \\(pid 4242\\)"):
         claim(tmp_path / "run", resuming=False, overwrite=False, what="hydra.run.dir")
+
+
+def test_a_fit_that_fails_before_its_first_step_leaves_the_signal_handlers_as_they_were(
+    tmp_path: Path,
+) -> None:
+    """Lightning refuses this interval once its fit counts the batches, after it recorded
+    the run's own handlers to re-install when it ends: those of before the run come back."""
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    args = [*TINY_MODEL, *ONE_EPOCH, "optim.decay_steps=10", "trainer.val_check_interval=50",
+            f"hydra.run.dir={tmp_path / 'run'}"]  # fmt: skip
+    assert train_code(args) == 2
+    assert {signum: signal.getsignal(signum) for signum in before} == before

@@ -191,6 +191,46 @@ def test_h200_nvl_is_not_given_the_sxm_peak() -> None:
     assert peak_flops("NVIDIA H200 NVL", "bf16") < peak_flops("NVIDIA H200", "bf16")
 
 
+def lightning_peak(monkeypatch: pytest.MonkeyPatch, device: str, key: str) -> float | None:
+    """Lightning's public ``get_available_flops`` for a CUDA device of that name."""
+    import warnings
+
+    from lightning.fabric.utilities.throughput import get_available_flops
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: device)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": "tfloat32"}[key]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # its warning for a device it does not know
+        return get_available_flops(torch.device("cuda"), dtype)
+
+
+@pytest.mark.parametrize("device", [
+    "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA A100-SXM4-80GB", "NVIDIA L4",
+    "NVIDIA A10G", "Tesla T4", "Tesla V100-SXM2-16GB",
+])  # fmt: skip
+def test_lightning_peak_agrees_with_the_table_where_it_gives_a_dense_one(
+    device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in ("bf16", "fp16", "tf32"):
+        ours = peak_flops(device, key)
+        if ours is not None:
+            assert lightning_peak(monkeypatch, device, key) == pytest.approx(ours, rel=5e-3)
+
+
+@pytest.mark.parametrize("device", [
+    "NVIDIA H200", "NVIDIA H200 NVL", "NVIDIA A10", "NVIDIA H100 NVL", "NVIDIA L40S",
+    "NVIDIA GeForce RTX 4090",
+])  # fmt: skip
+def test_lightning_peak_lacks_the_dense_bf16_peak_the_table_keeps(
+    device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Why attnlab keeps its own table (attnlab.callbacks.mfu): should this fail, Lightning
+    has the device's dense peak and the table's row can go."""
+    ours, theirs = peak_flops(device, "bf16"), lightning_peak(monkeypatch, device, "bf16")
+    same = theirs == ours if None in (theirs, ours) else theirs == pytest.approx(ours, rel=5e-3)
+    assert not same, f"Lightning now gives {device} the table's bf16 peak ({ours})"
+
+
 def test_lightning_precision_names_map_to_table_keys() -> None:
     assert [precision_key(p) for p in ("bf16-mixed", "16-mixed", "32-true", "tf32", 32)] == [
         "bf16", "fp16", "fp32", "tf32", "fp32",

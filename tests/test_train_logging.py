@@ -46,3 +46,22 @@ def test_train_loss_series_is_the_same_as_logging_every_step(tmp_path: Path, acc
     assert ours == every
     assert [step for step, _ in ours] == ["2", "5"]  # steps 3 and 6 of 7, 0-based
     assert "train/loss" in trainer.progress_bar_metrics
+
+
+def test_parameter_groups_at_one_rate_are_logged_as_one_learning_rate_series(tmp_path: Path):
+    from attnlab.callbacks.lr_monitor import LearningRateMonitor
+
+    data = SyntheticDataModule(kind="reverse", max_len=6, train_size=64, batch_size=8)
+    task = Seq2SeqTask(model={"name": "encoder_decoder", "vocab_size": data.vocab_size, **TINY})
+    trainer = L.Trainer(
+        max_steps=2, accelerator="cpu", devices=1, logger=CSVLogger(tmp_path, name="", version=""),
+        callbacks=[LearningRateMonitor(logging_interval="step")], enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        log_every_n_steps=1, limit_val_batches=0,
+    )  # fmt: skip
+    trainer.fit(task, datamodule=data)
+    assert len(task.optimizers().param_groups) == 2  # with and without weight decay
+    with open(tmp_path / "metrics.csv", newline="") as f:
+        columns = csv.DictReader(f).fieldnames or []
+    assert [c for c in columns if c.startswith("lr-")] == ["lr-AdamW"]
+    assert [k for k in trainer.callback_metrics if k.startswith("lr-")] == ["lr-AdamW"]

@@ -18,8 +18,8 @@ class ConfigError(UserError):
 
 
 class LightningRefusal(ConfigError):
-    """A setting Lightning itself refused (its MisconfigurationException, or a ValueError
-    raised in its own code): the override to fix is the user's."""
+    """A setting Lightning itself refused (its MisconfigurationException, or a fit it could
+    not start with the trainer's settings): the override to fix is the user's."""
 
 
 class DataError(UserError):

@@ -11,14 +11,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from lightning.pytorch.callbacks import LearningRateMonitor as LightningLearningRateMonitor
+from attnlab.compat import AdjustableLearningRateMonitor
 
 _GROUP = re.compile(r"^(?P<name>.+)/pg\d+(?P<suffix>.*)$")
 
 
-class LearningRateMonitor(LightningLearningRateMonitor):
-    def _extract_stats(self, trainer: Any, interval: str) -> dict[str, float]:
-        stats = super()._extract_stats(trainer, interval)
+class LearningRateMonitor(AdjustableLearningRateMonitor):
+    def adjust(self, trainer: Any, stats: dict[str, float]) -> dict[str, float]:
+        """One series for the groups of an optimiser whose rates agree (in the loggers and
+        in ``trainer.callback_metrics``)."""
         by_series: dict[str, dict[str, float]] = {}
         for key, value in stats.items():
             found = _GROUP.match(key)

@@ -15,6 +15,23 @@ elementwise and not counted.
 
 ``peak_flops`` is the datasheet's dense (no 2:4 sparsity) tensor-core peak for
 a device named by ``torch.cuda.get_device_name()``. No peak is claimed for CPUs.
+
+Lightning's public ``lightning.fabric.utilities.throughput.get_available_flops(device,
+dtype)`` has a table of its own, but it does not do this job, so attnlab keeps
+:data:`PEAK_TFLOPS` whole (compared with Lightning 2.6.6's by ``tests/test_mfu.py``):
+
+* it asks the CUDA device present, never a name, while attnlab also reads the peak of a
+  device recorded elsewhere (the GPU suite's reports) and of a name on a CPU;
+* it gives no peak for the H200 under the names CUDA reports (``NVIDIA H200``,
+  ``NVIDIA H200 NVL``; its own H200 figures are those with 2:4 sparsity) nor for the A10,
+  and gives the H100 NVL twice the H100 SXM's peak, where attnlab claims none;
+* it reads an L40S as an L4 (121 TFLOP/s bf16 instead of 362), and gives the RTX 4090
+  its fp32 figure for bf16 (82.6 instead of 165);
+* it turns fp32 into tf32 by the process's ``torch.get_float32_matmul_precision()``,
+  where attnlab's callers name the precision (``tf32``, ``32-true``).
+
+Where it does give a dense peak (H100 SXM and PCIe, A100, L4, A10G, T4, V100 SXM2) it
+agrees with this table to within 0.5%.
 """
 
 from __future__ import annotations

@@ -36,21 +36,23 @@ class StepProgressBar(RichProgressBar):
         trainer = self.trainer
         return trainer.max_steps if step_limited(trainer) else super().total_train_batches
 
-    def _get_train_description(self, current_epoch: int) -> str:
-        if step_limited(self.trainer):
-            return f"Steps (epoch {current_epoch})"
-        return super()._get_train_description(current_epoch)
-
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: Any) -> None:
         super().on_train_epoch_start(trainer, pl_module)
-        if step_limited(trainer):
-            self._update(self.train_progress_bar_id, trainer.global_step)
+        self._show_steps(trainer)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any,
                            batch_idx: int) -> None:  # fmt: skip
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-        if step_limited(trainer):
-            self._update(self.train_progress_bar_id, trainer.global_step)
+        self._show_steps(trainer)
+
+    def _show_steps(self, trainer: L.Trainer) -> None:
+        """With a step limit, the training bar shows optimizer steps: its count and its label."""
+        bar = self.train_progress_bar_id
+        if self.progress is None or not self.is_enabled or bar is None or not step_limited(trainer):
+            return
+        self.progress.update(bar, completed=trainer.global_step,
+                             description=f"Steps (epoch {trainer.current_epoch})")  # fmt: skip
+        self.refresh()
 
 
 class ValidateAtMaxSteps(L.Callback):

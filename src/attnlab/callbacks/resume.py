@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import os
+import random
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -23,13 +24,14 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
-from lightning.fabric.loggers.csv_logs import _ExperimentWriter as FabricWriter
 from lightning.fabric.loggers.logger import rank_zero_experiment
 from lightning.fabric.utilities.cloud_io import get_filesystem
-from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+from attnlab.compat import ContinuingExperimentWriter
 
 
 class RngState(L.Callback):
@@ -118,23 +120,31 @@ class LoaderPosition(L.Callback):
 
 
 def own_rng_states() -> dict[str, Any]:
-    """This process's random states, as plain types and tensors (``weights_only`` loads them)."""
-    states = _collect_rng_states(include_cuda=torch.cuda.is_available())
-    name, keys, pos, has_gauss, gauss = states["numpy"]
-    states["numpy"] = [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss]
-    version, internal, python_gauss = states["python"]
-    states["python"] = [version, list(internal), python_gauss]
+    """This process's random states, as plain types and tensors (``weights_only`` loads them),
+    under the keys Lightning's checkpoints use (``torch``, ``numpy``, ``python``,
+    ``torch.cuda``)."""
+    version, internal, python_gauss = random.getstate()
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    states: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "python": [version, list(internal), python_gauss],
+        "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
+    }
+    if torch.cuda.is_available():
+        states["torch.cuda"] = torch.cuda.get_rng_state_all()
     return states
 
 
 def restore_rng_states(states: dict[str, Any]) -> None:
-    name, keys, pos, has_gauss, gauss = states["numpy"]
-    states["numpy"] = (name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss)
+    """Put back the states :func:`own_rng_states` saved (CUDA's for the devices this machine
+    has)."""
+    torch.set_rng_state(states["torch"])
     if torch.cuda.is_available() and "torch.cuda" in states:  # a machine with fewer GPUs
-        states["torch.cuda"] = list(states["torch.cuda"])[: torch.cuda.device_count()]
-    else:
-        states.pop("torch.cuda", None)
-    _set_rng_states(states)
+        torch.cuda.set_rng_state_all(list(states["torch.cuda"])[: torch.cuda.device_count()])
+    name, keys, pos, has_gauss, gauss = states["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    version, internal, python_gauss = states["python"]
+    random.setstate((version, tuple(internal), python_gauss))
 
 
 def gather_objects(obj: Any) -> list[Any]:
@@ -191,42 +201,33 @@ def current_umask() -> int:
     return mask
 
 
-class _AppendingWriter(ExperimentWriter):
-    """metrics.csv writer that keeps the rows of the run it continues (up to ``until_step``)."""
+def keep_rows_until(metrics: Path, step: int) -> None:
+    """Drop the rows of ``metrics`` logged after ``step`` (a row without a step is kept)."""
+    if not metrics.is_file():
+        return
+    with metrics.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        header = list(reader.fieldnames or [])
+        rows = [r for r in reader if _logged_by(r, step)]
+    with metrics.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=header)
+        writer.writeheader()
+        writer.writerows(rows)
 
-    def __init__(self, log_dir: str, until_step: int | None) -> None:
-        self._until_step = until_step
-        super().__init__(log_dir=log_dir)
 
-    def _check_log_dir_exists(self) -> None:
-        path = Path(self.metrics_file_path)
-        if not path.is_file():
-            return
-        with path.open(newline="") as handle:
-            reader = csv.DictReader(handle)
-            header = list(reader.fieldnames or [])
-            rows = [r for r in reader if self._keep(r)]
-        with path.open("w", newline="") as handle:  # drop rows logged after the checkpoint
-            writer = csv.DictWriter(handle, fieldnames=header)
-            writer.writeheader()
-            writer.writerows(rows)
-        self.metrics_keys = header
-
-    def _keep(self, row: dict[str, str]) -> bool:
-        if self._until_step is None:
-            return True
-        try:
-            return int(float(row.get("step") or 0)) <= self._until_step
-        except ValueError:
-            return True
+def _logged_by(row: dict[str, str], step: int) -> bool:
+    try:
+        return int(float(row.get("step") or 0)) <= step
+    except ValueError:
+        return True
 
 
 class ContinuedCSVLogger(CSVLogger):
     """Lightning's CSVLogger; with ``resume_step`` set, metrics.csv is continued, not replaced.
 
     Lightning's logger deletes an existing metrics.csv (with a warning), which a
-    resumed run in its own directory must not do. A fresh run (``resume_step=None``)
-    starts the file afresh, silently.
+    resumed run in its own directory must not do: its rows up to ``resume_step`` are kept
+    and the run appends. A fresh run (``resume_step=None``) starts the file afresh, silently.
     """
 
     run_inputs = ("resume_step",)  # what the run hands it (attnlab.cli.components)
@@ -234,14 +235,23 @@ class ContinuedCSVLogger(CSVLogger):
     def __init__(self, *args: Any, resume_step: int | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.resume_step = resume_step
+        self.writer: ExperimentWriter | None = None
 
     @property
     @rank_zero_experiment
-    def experiment(self) -> FabricWriter:
-        if self._experiment is None:
+    def experiment(self) -> ExperimentWriter:
+        if self.writer is None:
             get_filesystem(self.root_dir).makedirs(self.root_dir, exist_ok=True)
             metrics = Path(self.log_dir) / ExperimentWriter.NAME_METRICS_FILE
-            if self.resume_step is None and metrics.is_file():
-                metrics.unlink()
-            self._experiment = _AppendingWriter(self.log_dir, self.resume_step)
-        return self._experiment
+            if self.resume_step is None:
+                metrics.unlink(missing_ok=True)
+            else:
+                keep_rows_until(metrics, self.resume_step)
+            self.writer = ContinuingExperimentWriter(self.log_dir)
+        return self.writer
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        """Write what is left, as Lightning's CSVLogger does, once there is a writer."""
+        if self.writer is not None:
+            self.save()

@@ -26,7 +26,7 @@ Lightning installs a SIGTERM handler of its own when training starts (after
 raises ``SIGTERMException`` at the end of the step, before this callback could record the
 status. So the handlers are installed again in ``on_train_start``, after Lightning's, and
 Lightning's record of the handlers to restore afterwards is pointed at the ones from before
-the run.
+the run (also by a fit that fails before training starts).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from typing import Any
 import lightning as L
 
 from attnlab.callbacks.outcome import Outcome
+from attnlab.compat import handlers_lightning_restores
 
 STATUS_OF_SIGNAL = {signal.SIGINT: "interrupted", signal.SIGTERM: "preempted"}
 for _name in ("SIGUSR1", "SIGUSR2"):
@@ -125,13 +126,18 @@ class GracefulStop(L.Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
         if not self._previous:
             return
-        connector = getattr(trainer, "_signal_connector", None)
-        originals = getattr(connector, "_original_handlers", None)
-        for signum, previous in self._previous.items():
+        for signum in self._previous:
             if signal.getsignal(signum) != self._handle:  # replaced by Lightning's (SIGTERM)
                 signal.signal(signum, self._handle)
-            if isinstance(originals, dict) and signum in originals:
-                originals[signum] = previous  # what Lightning restores at its teardown
+        self._hand_back_at_teardown(trainer)
+
+    def _hand_back_at_teardown(self, trainer: L.Trainer) -> None:
+        """Lightning re-installs, at its teardown, the handlers it found when training
+        started (this callback's, from ``setup``): point its record at those from before."""
+        originals = handlers_lightning_restores(trainer)
+        for signum, previous in self._previous.items():
+            if originals is not None and signum in originals:
+                originals[signum] = previous
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         if trainer.world_size > 1:  # every rank stops at the same step
@@ -170,6 +176,7 @@ class GracefulStop(L.Callback):
         self._restore()
 
     def on_exception(self, trainer: L.Trainer, pl_module: Any, exception: BaseException) -> None:
+        self._hand_back_at_teardown(trainer)  # a fit that failed before on_train_start too
         self._restore()
 
     def _restore(self) -> None:

@@ -134,12 +134,13 @@ def _reason(error: BaseException) -> str:
 
 def prepare_mlflow(cfg: DictConfig, node: DictConfig, run_dir: Path) -> MLFlowLogger:
     """An MLFlowLogger with run name, group tag, flat params and the run's command."""
-    from lightning.pytorch.loggers.mlflow import _MLFLOW_AVAILABLE
+    import importlib.util
+
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
     from attnlab.callbacks.summary import git_sha
 
-    if not _MLFLOW_AVAILABLE:
+    if importlib.util.find_spec("mlflow") is None:
         raise ConfigError(
             "logger=mlflow needs MLflow, which is not installed: pip install -e '.[mlflow]' "
             "(or pip install mlflow-skinny)"
@@ -177,7 +178,7 @@ def finish_mlflow(loggers: list[Any], status: str) -> None:
     """Tag the run's status (``completed``, ``diverged``, …) and end an unfinished run as
     FAILED (Lightning ends every run it finishes as FINISHED)."""
     for logger in loggers:
-        if isinstance(logger, MLFlowLogger) and logger._initialized:
+        if isinstance(logger, MLFlowLogger) and logger.run_id is not None:  # rank 0's run
             logger.experiment.set_tag(logger.run_id, "status", status)
             if status != "completed":
                 logger.experiment.set_terminated(logger.run_id, "FAILED")

@@ -484,37 +484,3 @@ def scalar_metrics(metrics: dict[str, Any]) -> dict[str, float]:
         except (TypeError, ValueError):
             continue
     return out
-
-
-def test_without_repeats(datamodule: AttnlabDataModule) -> None:
-    """Under DDP, split the test set over the ranks without repeats.
-
-    Lightning gives an evaluation loader a ``DistributedSampler``, which pads the last
-    ranks' shares with repeated examples, so up to world size − 1 test examples would
-    count twice in test/loss, accuracy and BLEU. Test loaders that read the set in order
-    get Lightning's ``UnrepeatedDistributedSampler`` instead (uneven shares; the fit's
-    DDP wrapper is gone by then, so no step waits on another rank).
-    """
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return
-    original = datamodule.test_dataloader
-
-    def test_dataloader() -> Any:
-        from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
-        from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
-
-        loader = original()
-        plain = type(loader.batch_sampler) is BatchSampler and isinstance(
-            loader.sampler, SequentialSampler)  # fmt: skip
-        if not plain:
-            return loader
-        return DataLoader(
-            loader.dataset, batch_size=loader.batch_size, collate_fn=loader.collate_fn,
-            sampler=UnrepeatedDistributedSampler(loader.dataset, shuffle=False),
-            num_workers=loader.num_workers, pin_memory=loader.pin_memory,
-            worker_init_fn=loader.worker_init_fn, persistent_workers=loader.persistent_workers,
-        )  # fmt: skip
-
-    datamodule.test_dataloader = test_dataloader  # type: ignore[method-assign]

@@ -25,23 +25,31 @@ from attnlab.model_config import ModelConfig
 EXIT_CODES = {"failed": 1, "diverged": 1, "interrupted": 130, "preempted": 143}
 
 
-LIGHTNING_PACKAGES = ("lightning", "lightning_fabric", "pytorch_lightning")
-
-
 def lightning_refusal(exc: BaseException) -> LightningRefusal | None:
-    """``exc`` as a setting Lightning refused: its MisconfigurationException, or a ValueError
-    raised by Lightning's own code (the module of the innermost frame)."""
+    """``exc`` as a setting Lightning refused: its MisconfigurationException, the type it
+    raises for a setting it cannot use (a Trainer it cannot build is refused where it is
+    built, :func:`attnlab.cli.pipeline.build`; a fit, by :func:`fit_refusal`)."""
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    module = "" if tb is None else str(tb.tb_frame.f_globals.get("__name__", ""))
-    in_lightning = module.partition(".")[0] in LIGHTNING_PACKAGES
-    if isinstance(exc, MisconfigurationException) or (isinstance(exc, ValueError) and in_lightning):
+    if isinstance(exc, MisconfigurationException):
         reason = " ".join(str(exc).split())
         return LightningRefusal(
             f"Lightning refused a setting: {reason}; fix that override (trainer.*, logger.*)"
+        )
+    return None
+
+
+def fit_refusal(trainer: Any) -> LightningRefusal | None:
+    """The setting a fit refused with a ValueError, read from the trainer: an integer
+    ``trainer.val_check_interval`` past an epoch's training batches (Lightning's fit loop
+    checks it once it knows the batches). None: the settings do not explain the error."""
+    interval, batches = trainer.val_check_interval, trainer.num_training_batches
+    if (isinstance(interval, int) and trainer.check_val_every_n_epoch is not None
+            and trainer.limit_val_batches > 0 and interval > batches):  # fmt: skip
+        return LightningRefusal(
+            f"trainer.val_check_interval={interval} is more than the {batches} training "
+            "batches of an epoch; lower it, or set trainer.check_val_every_n_epoch=null to "
+            "count batches across epochs"
         )
     return None
 
@@ -342,7 +350,13 @@ def _fit_and_test(cfg: Any, trainer: Any, task: Any, datamodule: Any, resume_fro
 
     metrics: dict[str, float] = {}
     if cfg.get("train", True):
-        trainer.fit(task, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
+        try:
+            trainer.fit(task, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
+        except ValueError as exc:
+            refusal = fit_refusal(trainer)
+            if refusal is None:
+                raise
+            raise refusal from exc
         if resume_from:  # a fit with nothing left to do logs nothing: keep what was logged
             metrics.update(pipeline.last_logged(trainer))
         metrics.update(pipeline.scalar_metrics(trainer.callback_metrics))
@@ -352,7 +366,6 @@ def _fit_and_test(cfg: Any, trainer: Any, task: Any, datamodule: Any, resume_fro
         from attnlab.callbacks.stop import stop_at_once
 
         with stop_at_once():  # no step to finish: a signal ends the test at once
-            pipeline.test_without_repeats(datamodule)
             trainer.test(task, datamodule=datamodule, ckpt_path=best, weights_only=True)
         metrics.update(pipeline.scalar_metrics(trainer.callback_metrics))
     throughput = next((c for c in trainer.callbacks if isinstance(c, TokenThroughput)), None)

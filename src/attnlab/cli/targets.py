@@ -83,13 +83,11 @@ def allowed_targets() -> frozenset[str]:
 
 def _targets(node: Any, path: str) -> Iterator[tuple[str, Any]]:
     """(dotted key, raw value) of every ``_target_`` under ``node``, interpolations unresolved."""
-    from omegaconf import DictConfig, ListConfig
+    from omegaconf import DictConfig, ListConfig, OmegaConf
 
-    if isinstance(node, DictConfig):
-        items = ((str(k), node._get_node(k)) for k in node.keys())  # raw, unresolved nodes
-    elif isinstance(node, ListConfig):
-        items = ((str(i), node._get_node(i)) for i in range(len(node)))
-    elif isinstance(node, dict):
+    if isinstance(node, DictConfig | ListConfig):  # as plain values, interpolations unresolved
+        node = OmegaConf.to_container(node, resolve=False)
+    if isinstance(node, dict):
         items = ((str(k), v) for k, v in node.items())
     elif isinstance(node, list | tuple):
         items = ((str(i), v) for i, v in enumerate(node))
@@ -100,7 +98,7 @@ def _targets(node: Any, path: str) -> Iterator[tuple[str, Any]]:
             continue  # Hydra's own launcher and sweeper, from conf/ (never in a saved config.yaml)
         where = f"{path}.{key}" if path else key
         if key == "_target_":
-            yield where, child._value() if hasattr(child, "_value") else child
+            yield where, child
         else:
             yield from _targets(child, where)
 

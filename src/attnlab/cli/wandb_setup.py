@@ -25,6 +25,7 @@ from lightning.pytorch.loggers import MLFlowLogger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.cli.identity import identity_overrides
+from attnlab.compat import started_wandb_run
 from attnlab.errors import ConfigError
 
 SUMMARY_GOALS = {"val/loss": "min", "val/ppl": "min", "val/acc": "max",
@@ -264,8 +265,8 @@ def uses_wandb(loggers: list[Any]) -> bool:
 def finish_wandb(loggers: list[Any], status: str) -> None:
     """Record the run's status in its W&B summary and close it (the next job starts a new run)."""
     for logger in loggers:
-        if isinstance(logger, WandbLogger) and logger._experiment is not None:
-            experiment = logger._experiment
+        experiment = started_wandb_run(logger) if isinstance(logger, WandbLogger) else None
+        if experiment is not None:
             if hasattr(experiment, "summary") and hasattr(experiment, "finish"):
                 experiment.summary["status"] = status
                 experiment.finish(exit_code=0 if status == "completed" else 1)

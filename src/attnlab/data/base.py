@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import lightning as L
+from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from attnlab.special_tokens import BOS, EOS, MASK, NUM_SPECIAL, PAD, SEP, SPECIAL_TOKENS, UNK
 
@@ -49,7 +50,9 @@ class Tokenizer(Protocol):
 
 
 class AttnlabDataModule(L.LightningDataModule):
-    """Base class: subclasses set ``task``, ``vocab_size`` (and ``num_classes``)."""
+    """Base class: subclasses set ``task``, ``vocab_size`` (and ``num_classes``), and give
+    Lightning's ``train_dataloader`` and ``val_dataloader`` and attnlab's
+    :meth:`test_loader` (this class's ``test_dataloader`` hands that to Lightning)."""
 
     task: str = "lm"
     vocab_size: int = 0
@@ -86,6 +89,44 @@ class AttnlabDataModule(L.LightningDataModule):
         """Write the tokenizer into the run directory so eval/generate decode alike."""
         if self.tokenizer is not None:
             self.tokenizer.save(Path(run_dir) / "tokenizer.json")
+
+    def test_dataloader(self) -> DataLoader:
+        """Lightning's hook: the subclass's :meth:`test_loader`, split over the processes of
+        a distributed run without repeated examples (:func:`without_repeats`)."""
+        return without_repeats(self.test_loader(), self.trainer)
+
+    def test_loader(self) -> DataLoader:
+        """The test split's loader; each subclass provides it (here: Lightning's refusal of a
+        data module without one)."""
+        return super().test_dataloader()
+
+
+def without_repeats(loader: DataLoader, trainer: L.Trainer | None) -> DataLoader:
+    """``loader`` split over the processes of ``trainer`` without repeats.
+
+    Lightning gives an evaluation loader a ``DistributedSampler``, which pads the last
+    processes' shares with repeated examples, so up to world size − 1 test examples would
+    count twice in test/loss, accuracy and BLEU. A loader that reads the set in order gets
+    Lightning's ``UnrepeatedDistributedSampler`` instead (uneven shares; the fit's DDP wrapper
+    is gone by the test, so no step waits on another process), which Lightning keeps as it
+    is. One process, or a loader with a sampler of its own: ``loader`` unchanged.
+    """
+    if trainer is None or trainer.world_size == 1:
+        return loader
+    in_order = type(loader.batch_sampler) is BatchSampler and isinstance(
+        loader.sampler, SequentialSampler)  # fmt: skip
+    if not in_order:
+        return loader
+    from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+
+    return DataLoader(
+        loader.dataset, batch_size=loader.batch_size, collate_fn=loader.collate_fn,
+        sampler=UnrepeatedDistributedSampler(loader.dataset, shuffle=False,
+                                             num_replicas=trainer.world_size,
+                                             rank=trainer.global_rank),
+        num_workers=loader.num_workers, pin_memory=loader.pin_memory,
+        worker_init_fn=loader.worker_init_fn, persistent_workers=loader.persistent_workers,
+    )  # fmt: skip
 
 
 def longest_in(examples: Iterable[dict[str, Any]]) -> dict[str, int]:

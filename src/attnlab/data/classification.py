@@ -261,6 +261,6 @@ class ClassificationDataModule(CachedDataModule):
         """Validation examples in file order."""
         return self._eval_loader("val")
 
-    def test_dataloader(self) -> DataLoader:
+    def test_loader(self) -> DataLoader:
         """Test examples in file order (validation examples when there is no test data)."""
         return self._eval_loader("test")

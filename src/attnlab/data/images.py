@@ -247,7 +247,7 @@ class ImageClassificationDataModule(AttnlabDataModule):
         """Validation images in a fixed order, never augmented."""
         return self._loader("val", shuffle=False)
 
-    def test_dataloader(self) -> DataLoader:
+    def test_loader(self) -> DataLoader:
         """Test images in a fixed order (validation images when there is no test split)."""
         return self._loader("test", shuffle=False)
 

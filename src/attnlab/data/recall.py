@@ -135,5 +135,5 @@ class AssociativeRecallDataModule(AttnlabDataModule):
     def val_dataloader(self) -> DataLoader:
         return self._loader("val", shuffle=False)
 
-    def test_dataloader(self) -> DataLoader:
+    def test_loader(self) -> DataLoader:
         return self._loader("test", shuffle=False)

@@ -188,7 +188,7 @@ class SyntheticDataModule(AttnlabDataModule):
     def val_dataloader(self) -> DataLoader:
         return self._loader("val", shuffle=False)
 
-    def test_dataloader(self) -> DataLoader:
+    def test_loader(self) -> DataLoader:
         return self._loader("test", shuffle=False)
 
 

@@ -210,6 +210,6 @@ class TextDataModule(CachedDataModule):
         """Blocks tiling the validation split, in order."""
         return self._eval_loader("val")
 
-    def test_dataloader(self) -> DataLoader:
+    def test_loader(self) -> DataLoader:
         """Blocks tiling the test split (the validation split when there is no test data)."""
         return self._eval_loader("test")

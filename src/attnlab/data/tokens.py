@@ -318,6 +318,6 @@ class TokensDataModule(AttnlabDataModule):
         """Blocks tiling the validation split, in order."""
         return self._eval_loader("val")
 
-    def test_dataloader(self) -> DataLoader:
+    def test_loader(self) -> DataLoader:
         """Blocks tiling the test split (the validation split when there is none)."""
         return self._eval_loader("test")

@@ -238,6 +238,6 @@ class TranslationDataModule(CachedDataModule):
         """Validation pairs in file order (matching ``references("val")``)."""
         return self._eval_loader("val")
 
-    def test_dataloader(self) -> DataLoader:
+    def test_loader(self) -> DataLoader:
         """Test pairs in file order (validation pairs when there is no test data)."""
         return self._eval_loader("test")

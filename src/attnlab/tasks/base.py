@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 
+from attnlab.compat import logs_this_step
 from attnlab.errors import ConfigError
 from attnlab.inference.generation import DecodeConfig
 from attnlab.models import Architecture, ModelConfig, build_model
@@ -92,6 +93,15 @@ def param_groups(
     return out
 
 
+def attached_trainer(module: L.LightningModule) -> L.Trainer | None:
+    """The Trainer ``module`` is attached to, or None (Lightning's ``module.trainer`` raises
+    then: a module used on its own, as in unit tests)."""
+    try:
+        return module.trainer
+    except RuntimeError:
+        return None
+
+
 def is_fsdp(module: Any) -> bool:
     """Whether ``module`` is an FSDP root (torch's FullyShardedDataParallel)."""
     if module is None or not torch.distributed.is_available():
@@ -145,8 +155,8 @@ class Task(L.LightningModule):
         ``self.log`` (about 0.6 ms a call on a CPU): the logged series is the same, and the
         progress bar's loss is the one of the last logged step.
         """
-        trainer = self._trainer
-        if trainer is not None and not trainer._logger_connector.should_update_logs:
+        trainer = attached_trainer(self)  # none: log as Lightning would
+        if trainer is not None and not logs_this_step(trainer):
             return
         self.log("train/loss", loss, prog_bar=True, batch_size=batch_size)
 
@@ -201,7 +211,8 @@ class Task(L.LightningModule):
         is clipped here, as Lightning's own clipping does it: Lightning refuses to clip any
         fused optimizer under mixed precision, for fp16's scaler, which bf16 does not have.
         Elsewhere, Lightning's own clipping."""
-        root = self._trainer.model if self._trainer is not None else None
+        trainer = attached_trainer(self)
+        root = trainer.model if trainer is not None else None
         norm = (gradient_clip_algorithm or "norm") == "norm"
         if gradient_clip_val and norm and is_fsdp(root):
             root.clip_grad_norm_(gradient_clip_val)  # type: ignore[union-attr]
@@ -220,7 +231,8 @@ class Task(L.LightningModule):
         """Fused AdamW (one kernel for all tensors; ~5x faster steps on CPU too), except with
         clipping under a loss scaler (``16-mixed``): the fused step unscales the gradients
         itself, after clipping would have seen them scaled. bf16 has no scaler."""
-        clipping = self._trainer is not None and bool(self._trainer.gradient_clip_val)
+        trainer = attached_trainer(self)
+        clipping = trainer is not None and bool(trainer.gradient_clip_val)
         scaled = self._loss_scaled()
         if self.optim_cfg.fused is not None:
             if self.optim_cfg.fused and scaled and clipping:
@@ -235,7 +247,7 @@ class Task(L.LightningModule):
 
     def _loss_scaled(self) -> bool:
         """Whether the trainer scales the loss (fp16's GradScaler, under ``16-mixed``)."""
-        plugin = getattr(self._trainer, "precision_plugin", None)
+        plugin = getattr(attached_trainer(self), "precision_plugin", None)
         return getattr(plugin, "scaler", None) is not None
 
     def _total_steps(self) -> int:

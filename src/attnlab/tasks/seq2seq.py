@@ -18,7 +18,7 @@ from torchmetrics.text import SacreBLEUScore
 
 from attnlab.inference.generation import generate
 from attnlab.special_tokens import BOS, EOS, PAD, SEP
-from attnlab.tasks.base import Task
+from attnlab.tasks.base import Task, attached_trainer
 
 IGNORE = -100
 
@@ -142,7 +142,7 @@ class Seq2SeqTask(Task):
     def setup(self, stage: str) -> None:
         super().setup(stage)
         if self.bleu_enabled is None:
-            datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
+            datamodule = getattr(attached_trainer(self), "datamodule", None)
             self.bleu_enabled = hasattr(datamodule, "references")
 
     def forward(self, src: Tensor, tgt: Tensor) -> tuple[Tensor, Tensor]:
