@@ -180,7 +180,8 @@ def test_a_checkpoint_from_a_run_with_other_model_settings_is_refused_by_key(
     assert main([f"run_dir={runs['lm_mup']}", f"ckpt_path={ckpt}", *options, *out]) == 2
     line = one_error_line(capsys)
     assert str(ckpt) in line and "model.param=sp in the checkpoint, mup in the config" in line
-    assert "model.mup_base_width not read by the checkpoint's model, 8 in the config" in line
+    assert ("model.mup_base_width=8 in the config, a key the checkpoint's model does not read"
+            in line)  # fmt: skip
     assert "run_dir=<the run that wrote it>" in line
     assert not (tmp_path / "export").exists()
 

@@ -233,7 +233,8 @@ def check_same_model(path: Path, saved_model: Mapping[str, Any] | None,
     differ = [
         f"model.{key}={_shown(saved[key])} in the checkpoint, {_shown(model[key])} in the config"
         if key in saved
-        else f"model.{key} not read by the checkpoint's model, {_shown(model[key])} in the config"
+        else f"model.{key}={_shown(model[key])} in the config, a key the checkpoint's model "
+        "does not read"
         for key in sorted(set(model) if saved else set(), key=str)
         if key not in HOW_KEYS and not _same(saved.get(key, _ABSENT), model[key])
     ]
