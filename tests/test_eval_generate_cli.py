@@ -186,6 +186,21 @@ def test_a_checkpoint_from_a_run_with_other_model_settings_is_refused_by_key(
     assert not (tmp_path / "export").exists()
 
 
+def test_the_keys_whose_values_differ_are_named_before_the_keys_the_checkpoint_lacks(
+    tmp_path: Path,
+) -> None:
+    """The error shows three keys: a differing value comes first, so one is always named."""
+    from attnlab.cli.checkpoints import check_same_model
+    from attnlab.errors import CheckpointError
+
+    config = {"attention": "full", "bias": True, "block": "sequential", "d_model": 16}
+    with pytest.raises(CheckpointError) as refused:
+        check_same_model(tmp_path / "given.ckpt", {"d_model": 32}, config)
+    assert "(model.d_model=32 in the checkpoint, 16 in the config; model.attention=full in " \
+        "the config, a key the checkpoint's model does not read; model.bias=true" in str(
+            refused.value)  # fmt: skip
+
+
 def test_eval_with_an_override_that_changes_the_function_is_refused_by_key(
     runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:

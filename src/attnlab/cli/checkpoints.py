@@ -235,7 +235,8 @@ def check_same_model(path: Path, saved_model: Mapping[str, Any] | None,
         if key in saved
         else f"model.{key}={_shown(model[key])} in the config, a key the checkpoint's model "
         "does not read"
-        for key in sorted(set(model) if saved else set(), key=str)
+        # the keys both set, then those only the config sets
+        for key in sorted(set(model) if saved else set(), key=lambda k: (k not in saved, str(k)))
         if key not in HOW_KEYS and not _same(saved.get(key, _ABSENT), model[key])
     ]
     if differ:
