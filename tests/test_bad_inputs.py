@@ -56,6 +56,7 @@ CONFIG_CASES: dict[str, tuple[list[str], str]] = {
     "log_every": (["trainer.log_every_n_steps=0"], "trainer.log_every_n_steps=0"),
     "trainer_typo": (["+trainer.max_step=3"], "did you mean trainer.max_steps?"),
     "seed_negative": (["seed=-1"], "seed=-1"),
+    "data_seed_negative": (["data=reverse", "data.seed=-3"], "data.seed=-3 must be an integer in"),
     "seed_text": (["seed=abc"], "seed=abc must be an integer"),
     "train_flag": (["train=maybe"], "train=maybe must be true or false"),
     "task_name": (["task_name=a/b"], "task_name=a/b"),

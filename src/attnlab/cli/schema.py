@@ -79,6 +79,9 @@ def check_data(values: dict[str, Any]) -> None:
     check_keys(rest, signature_hints(cls.__init__), "data.")
     if rest.get("batch_size", 1) < 1:
         raise ConfigError(f"data.batch_size={rest['batch_size']} must be an integer >= 1")
+    seed = rest.get("seed", 0)
+    if isinstance(seed, int) and not 0 <= seed < 2**32:  # numpy's and torch's seed range
+        raise ConfigError(f"data.seed={seed} must be an integer in [0, 2^32)")
 
 
 TRAINER_RANGES = {
