@@ -57,6 +57,7 @@ CONFIG_CASES: dict[str, tuple[list[str], str]] = {
     "trainer_typo": (["+trainer.max_step=3"], "did you mean trainer.max_steps?"),
     "seed_negative": (["seed=-1"], "seed=-1"),
     "data_seed_negative": (["data=reverse", "data.seed=-3"], "data.seed=-3 must be an integer in"),
+    "addition_too_long": (["data=addition", "data.max_len=19"], "data.max_len=19 digits is too"),
     "seed_text": (["seed=abc"], "seed=abc must be an integer"),
     "train_flag": (["train=maybe"], "train=maybe must be true or false"),
     "task_name": (["task_name=a/b"], "task_name=a/b"),
@@ -130,7 +131,7 @@ CONFIG_CASES: dict[str, tuple[list[str], str]] = {
 IN_THE_JOB = (
     "lightning_refuses", "val_check_past_an_epoch", "wandb_log_model_offline",
     "max_len_source_sep_target", "max_len_teacher_forcing", "max_len_lm_block",
-    "max_len_classification", "conv_kernel_wider_than_the_data",
+    "max_len_classification", "conv_kernel_wider_than_the_data", "addition_too_long",
 )  # fmt: skip
 
 

@@ -52,6 +52,9 @@ class SymbolTokenizer:
         Path(path).write_text(json.dumps({"kind": "symbols", "symbols": self.symbols}))
 
 
+ADDITION_MAX_DIGITS = 18  # the longest operand below numpy's int64 bound (10**18)
+
+
 def _digits(n: int) -> list[int]:
     return [int(c) for c in str(n)]
 
@@ -128,6 +131,9 @@ class SyntheticDataModule(AttnlabDataModule):
                 raise ConfigError(f"data.{key}={value} must be a positive integer")
         if min_len > max_len:
             raise ConfigError(f"data.min_len={min_len} exceeds data.max_len={max_len}; swap them")
+        if kind == "addition" and max_len > ADDITION_MAX_DIGITS:  # operands are drawn as int64
+            raise ConfigError(f"data.max_len={max_len} digits is too long for addition's "
+                              f"operands; use at most {ADDITION_MAX_DIGITS}")  # fmt: skip
         self.kind, self.seed = kind, seed
         self.task = self.task_for({"kind": kind})
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
