@@ -234,3 +234,19 @@ def test_a_signal_at_any_moment_leaves_a_preparation_that_finishes_exactly(
     again = run("prepare", *command)
     assert again.returncode == 0, again.stderr[-3000:]
     assert shard_checksums(out) == reference
+
+
+def test_a_signal_while_the_interpreter_exits_after_a_run_ends_it_without_a_traceback() -> None:
+    """The regression the run fuzzer found: SIGINT landed in torch's exit hook after a
+    completed run and printed KeyboardInterrupt's traceback."""
+    import subprocess
+    import sys
+
+    script = ("import atexit, os, signal, sys; from attnlab.train import main; "
+              "sys.argv = ['attnlab-train', '--options']; code = main(); "
+              "atexit.register(lambda: os.kill(os.getpid(), signal.SIGINT)); "
+              "atexit.register(lambda: print('exit hooks ran')); sys.exit(code)")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "exit hooks ran" in done.stdout and done.returncode == 130

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -144,7 +146,25 @@ def _launch(app: Any, argv: list[str], log_dir: Path | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point; returns the process exit code."""
+    """Console entry point; returns the process exit code. As the process's own command
+    (``argv`` None), a SIGINT or SIGTERM after the command's work is done ends the process
+    at once with the signal's exit code: it would otherwise raise KeyboardInterrupt out of
+    whichever exit hook of torch or a logger runs then, with a traceback."""
+    code = _main(argv)
+    if argv is None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, _leave)
+    return code
+
+
+def _leave(signum: int, frame: object) -> None:
+    with contextlib.suppress(Exception):  # what was printed is kept
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(128 + signum)
+
+
+def _main(argv: list[str] | None) -> int:
     import hydra
 
     from attnlab.cli.compose import quote_non_ascii, resume_overrides, validate_overrides
