@@ -184,15 +184,23 @@ def test_a_signal_stops_at_a_step_with_a_usable_last_checkpoint_and_a_second_run
         "global_step"] == step + 2  # fmt: skip
 
 
+@pytest.mark.parametrize("stopped", ["killed", "by a signal in set-up"])
 def test_ckpt_path_last_into_a_run_stopped_before_its_first_checkpoint_starts_it_anew(
-    finished: Path, capfd: pytest.CaptureFixture[str]
+    finished: Path, capfd: pytest.CaptureFixture[str], stopped: str
 ) -> None:
     """A job killed (or requeued) before it wrote a checkpoint: the cluster's resume command
-    (``ckpt_path=last``) trains from the first step instead of being refused."""
+    (``ckpt_path=last``) trains from the first step instead of being refused. A signal in
+    set-up leaves the summary of a stopped run, which the new run replaces."""
+    import json
     import shutil
 
     shutil.rmtree(finished / "checkpoints")
-    (finished / "summary.json").unlink()
+    if stopped == "killed":
+        (finished / "summary.json").unlink()
+    else:
+        record = json.loads((finished / "summary.json").read_text())
+        record["status"] = "interrupted"
+        (finished / "summary.json").write_text(json.dumps(record))
     capfd.readouterr()
     assert train_code([*TINY_MODEL, *ONE_EPOCH, "ckpt_path=last",
                        f"hydra.run.dir={finished}"]) == 0  # fmt: skip

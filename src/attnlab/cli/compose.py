@@ -265,7 +265,10 @@ def resume_overrides(cfg: DictConfig, overrides: list[str]) -> list[str]:
                 # stopped (killed, requeued) before its first checkpoint: nothing to continue
                 print(f"note: ckpt_path=last: {run_dir} has no checkpoint yet; training from "
                       "the first step", file=sys.stderr)  # fmt: skip
-                return [o for o in overrides if not o.startswith("ckpt_path=")]
+                fresh = [o for o in overrides if not o.startswith("ckpt_path=")]
+                # its summary (a stop in set-up or before the first step) is the new run's
+                return fresh + ["overwrite=true"] if (run_dir / "summary.json").is_file() and (
+                    not any(o.startswith(("overwrite=", "+overwrite=")) for o in fresh)) else fresh
             fail(f"ckpt_path=last: {run_dir}/checkpoints/last.ckpt does not exist; "
                  "check hydra.run.dir")  # fmt: skip
         rest = overrides
