@@ -179,3 +179,17 @@ def wandb_api_run(run_file: Path, entity: str = "team", project: str = "attnlab"
 
     run.history = history
     return run
+
+
+def group_ends(pgid: int, timeout: float = 5.0) -> bool:
+    """Whether every process of the group ``pgid`` is gone within ``timeout`` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False

@@ -27,8 +27,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cli_runs import finish, run, start
+from cli_runs import finish, group_ends, run, start
 from fuzzing import DEFAULT
+from token_folders import shard_sums
 
 TOTAL = 24
 COMMON = [
@@ -167,27 +168,10 @@ def preparations(tmp_path_factory: pytest.TempPathFactory
             out = tmp_path_factory.mktemp("uninterrupted") / "out"
             result = run("prepare", *args, "--out", str(out))
             assert result.returncode == 0, result.stderr[-3000:]
-            done[tokenizer] = args, shard_checksums(out)
+            done[tokenizer] = args, shard_sums(out)
         return done[tokenizer]
 
     return preparation
-
-
-def shard_checksums(folder: Path) -> list[str]:
-    from attnlab.data.shards import read_index
-
-    return [s["sha256"] for split in read_index(folder)["splits"].values() for s in split["shards"]]
-
-
-def gone(pgid: int, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.mark.slow
@@ -214,7 +198,7 @@ def test_a_signal_at_any_moment_leaves_a_preparation_that_finishes_exactly(
                 if proc.poll() is None:
                     send()
         first = finish(proc, timeout=30)  # a hang fails here
-        assert gone(proc.pid), "a tokenizing process outlived the run"
+        assert group_ends(proc.pid), "a tokenizing process outlived the run"
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -233,7 +217,7 @@ def test_a_signal_at_any_moment_leaves_a_preparation_that_finishes_exactly(
                                   "before it began; nothing was written")), lines  # fmt: skip
     again = run("prepare", *command)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert shard_checksums(out) == reference
+    assert shard_sums(out) == reference
 
 
 def test_a_signal_while_the_interpreter_exits_after_a_run_ends_it_without_a_traceback() -> None:

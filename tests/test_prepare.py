@@ -14,6 +14,7 @@ from attnlab.data.shards import open_split, read_index
 from attnlab.data.tokenizers import load_tokenizer
 from attnlab.special_tokens import EOS, NUM_SPECIAL
 from cli_runs import run
+from token_folders import shard_sums
 
 POEM = "the cat sat on the mat\nand the dog sat on the log\n"
 
@@ -33,11 +34,6 @@ def corpus(folder: Path, n_files: int = 3, paragraphs: int = 40) -> list[Path]:
 
 def prepare(*argv: str) -> dict:
     return prep.prepare(prep.parse(list(argv)), list(argv))
-
-
-def shard_sums(folder: Path) -> list[str]:
-    index = read_index(folder)
-    return [s["sha256"] for split in index["splits"].values() for s in split["shards"]]
 
 
 def test_paragraphs_become_documents_ending_in_eos_and_val_is_held_out_by_document(

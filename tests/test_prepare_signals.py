@@ -12,14 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from cli_runs import finish, run, start
-
-
-def shard_sums(folder: Path) -> list[str]:
-    from attnlab.data.shards import read_index
-
-    index = read_index(folder)
-    return [s["sha256"] for split in index["splits"].values() for s in split["shards"]]
+from cli_runs import finish, group_ends, run, start
+from token_folders import shard_sums
 
 
 @pytest.fixture(scope="module")
@@ -32,18 +26,6 @@ def setting(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], list[s
     done = run("prepare", *args, "--workers", "2", "--out", str(root / "whole"))
     assert done.returncode == 0, done.stderr[-2000:]
     return args, shard_sums(root / "whole")
-
-
-def group_ends(pgid: int, timeout: float = 5.0) -> bool:
-    """Whether every process of the group ``pgid`` is gone within ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def tokenizing(proc: subprocess.Popen, out: Path, timeout: float = 60) -> None:

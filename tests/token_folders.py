@@ -73,3 +73,11 @@ def copy_folder(folder: Path, to: Path) -> Path:
     """A copy of a prepared folder to damage (the original stays as prepare wrote it)."""
     shutil.rmtree(to, ignore_errors=True)
     return Path(shutil.copytree(folder, to))
+
+
+def shard_sums(folder: Path) -> list[str]:
+    """The SHA-256 of every shard of a prepared folder, split by split (its bytes, in short)."""
+    from attnlab.data.shards import read_index
+
+    index = read_index(folder)
+    return [s["sha256"] for split in index["splits"].values() for s in split["shards"]]
