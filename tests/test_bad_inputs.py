@@ -105,6 +105,7 @@ CONFIG_CASES: dict[str, tuple[list[str], str]] = {
     "vit_on_tokens": (["model=vit", "data=reverse"], "model=vit does not fit a seq2seq"),
     "accelerator_typo": (["trainer.accelerator=tpu_typo"], "trainer.accelerator=tpu_typo"),
     "gpu_on_a_cpu_machine": (["trainer=gpu"], "trainer.accelerator=gpu asks for a device"),
+    "mps_off_apple_silicon": (["trainer=mps"], "trainer.accelerator=mps asks for a device"),
     "conv_kernel_wider_than_any_sequence": (
         ["model=conv", "~model.n_heads", "model.kernel_size=1001"],  # ~: TINY's heads removed
         "model.kernel_size=1001 is wider",
