@@ -9,7 +9,8 @@ line, why it replaces a torch it finds:
   gets PyPI's torch, whose Linux build is a CUDA one; a CPU-only torch found there is
   replaced (``ATTNLAB_TORCH=cpu`` keeps it);
 - a Linux x86-64 machine without one gets the CPU wheel (``+cpu``) from PyTorch's CPU index,
-  a few hundred MB instead of the several GB of the CUDA build;
+  a few hundred MB instead of the several GB of the CUDA build (where that index cannot be
+  reached, from pip's configured indexes alone: a mirror or a local wheel cache);
 - elsewhere (macOS, whose PyPI wheel has the MPS backend; Linux on ARM) PyPI's torch.
 
 A torch already installed below ``--floor`` is replaced by ``--spec``; one at or above it is
@@ -24,9 +25,11 @@ import os
 import platform
 import re
 import shutil
+import socket
 import sys
 from pathlib import Path
 from typing import NamedTuple
+from urllib.parse import urlsplit
 
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
@@ -44,10 +47,12 @@ class Machine(NamedTuple):
     nvidia: bool  # an NVIDIA driver is present (or ATTNLAB_TORCH=cuda)
 
 
-def plan(installed: Installed | None, machine: Machine, spec: str,
-         floor: tuple[int, int]) -> tuple[list[str], str | None]:  # fmt: skip
+def plan(installed: Installed | None, machine: Machine, spec: str, floor: tuple[int, int],
+         cpu_index: bool = True) -> tuple[list[str], str | None]:  # fmt: skip
     """The ``pip install`` arguments for torch (empty: keep what is installed) and the note
-    that says why an installed torch is replaced (None: nothing to say)."""
+    that says why an installed torch is replaced (None: nothing to say). ``cpu_index``:
+    PyTorch's CPU index can be reached; where it cannot (a machine behind a mirror or with a
+    local wheel cache), the ``+cpu`` build is asked of pip's configured indexes alone."""
     note = None
     if installed is not None:
         if installed.release[:2] < floor:
@@ -61,6 +66,8 @@ def plan(installed: Installed | None, machine: Machine, spec: str,
             return [], None
     if machine.system == "Linux" and machine.arch == "x86_64" and not machine.nvidia:
         pinned = "==" in spec and "+" not in spec
+        if not cpu_index:
+            return [f"{spec}+cpu" if pinned else spec], note
         return (["--extra-index-url", CPU_INDEX, f"{spec}+cpu"] if pinned
                 else ["--index-url", CPU_INDEX, spec]), note  # fmt: skip
     # `torch==X` is met by the CPU build `X+cpu` already installed: reinstall it from PyPI
@@ -72,6 +79,17 @@ def nvidia_driver() -> bool:
     if choice in ("cpu", "cuda"):
         return choice == "cuda"
     return shutil.which("nvidia-smi") is not None or Path("/proc/driver/nvidia").exists()
+
+
+def reachable(url: str, timeout: float = 3.0) -> bool:
+    """Whether ``url``'s host answers on its port (pip would retry an unreachable index for
+    minutes, once for every package)."""
+    parts = urlsplit(url)
+    try:
+        socket.create_connection((parts.hostname, parts.port or 443), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
 
 
 def installed_torch() -> Installed | None:
@@ -98,7 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     floor = tuple(int(p) for p in re.findall(r"\d+", args.floor)[:2])
     machine = Machine(platform.system(), platform.machine(), nvidia_driver())
-    pip_args, note = plan(installed_torch(), machine, args.spec, floor)  # type: ignore[arg-type]
+    installed = installed_torch()
+    needs_index = machine.system == "Linux" and not machine.nvidia
+    pip_args, note = plan(installed, machine, args.spec, floor,  # type: ignore[arg-type]
+                          cpu_index=needs_index and reachable(CPU_INDEX))
     if note:
         print(note, file=sys.stderr)
     print(" ".join(pip_args))

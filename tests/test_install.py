@@ -112,6 +112,13 @@ def test_a_torch_range_takes_the_cpu_index_whole() -> None:
     assert args == ["--index-url", CHOOSER.CPU_INDEX, "torch>=2.8"]
 
 
+def test_without_pytorchs_index_the_cpu_wheel_is_asked_of_pips_own_indexes() -> None:
+    """A mirror or a wheel cache: pip would retry the unreachable index for every package."""
+    args, _ = CHOOSER.plan(None, CHOOSER.Machine("Linux", "x86_64", False), "torch==2.13.0",
+                           (2, 7), cpu_index=False)
+    assert args == ["torch==2.13.0+cpu"]
+
+
 def test_the_torch_chooser_reads_the_makefiles_floor_and_keeps_this_torch() -> None:
     floor = re.search(r"TORCH_FLOOR := (\(.*\))", (ROOT / "Makefile").read_text()).group(1)
     run = subprocess.run(
