@@ -211,7 +211,7 @@ def test_make_bench_installs_nothing_into_the_venv(tmp_path: Path) -> None:
 def test_the_bench_finds_transformers_in_the_parity_folder(tmp_path: Path) -> None:
     folder = Path(os.environ.get("ATTNLAB_HF_PARITY", REPO / ".venv" / "hf-parity"))
     if not (folder / "transformers").is_dir():
-        pytest.skip(f"no transformers in {folder} (make setup installs it)")
+        pytest.skip(f"no transformers in {folder} (make test installs it)")
     out = tmp_path / "bench.json"
     done = subprocess.run(
         [sys.executable, "-m", "attnlab.bench", "--quick", "--sizes", "tiny", "--threads", "1",

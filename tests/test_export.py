@@ -2,7 +2,7 @@
 greedy output, attnlab's native folder read back bit for bit, and the refusals.
 
 The transformers side runs as one separate process (tests/hf_parity.py) with the folder
-``make setup`` installs transformers into on its path: installed in the test environment,
+``make test`` installs transformers into on its path: installed in the test environment,
 torchmetrics would import transformers in every process of the suite.
 """
 
@@ -111,7 +111,7 @@ def export(run_dir: Path, fmt: str, out: Path) -> None:
 @pytest.fixture(scope="module")
 def hf_results(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict:
     if not (HF_PARITY / "transformers").is_dir():
-        pytest.skip(f"transformers for the parity tests not found at {HF_PARITY}; run make setup")
+        pytest.skip(f"no transformers for the parity tests at {HF_PARITY}; make test installs it")
     root = tmp_path_factory.mktemp("exported")
     cases, expected = [], {}
     for name, run_dir in runs.items():
