@@ -3,6 +3,7 @@ patterns, decoding, causality and padding behave as the papers define them."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -46,7 +47,8 @@ def padding(T: int) -> torch.Tensor:
 
 
 def test_every_kind_is_registered() -> None:
-    assert KINDS == ["bigbird", "full", "linear", "linformer", "longformer", "sliding_window"]
+    assert KINDS == ["bigbird", "full", "linear", "linformer", "longformer", "sigmoid",
+                     "sliding_window"]
 
 
 @pytest.mark.parametrize("padded", [False, True], ids=["dense", "padded"])
@@ -145,6 +147,21 @@ def test_linformer_is_eq_7_of_the_paper() -> None:
     expected = torch.softmax(scores, dim=-1) @ (F @ (v * real))
     torch.testing.assert_close(kind.attend(q, k, v, key_real), expected)
     assert kind.has_params and sum(p.numel() for p in kind.parameters()) == 2 * 32 * 300
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_sigmoid_attention_by_hand(causal: bool) -> None:
+    """out_i = Σ_j σ(q_i·k_j/√d − log n) v_j over the keys query i sees, unnormalised
+    (Ramapuram et al. 2025, §2), n = model.max_len = 300; padded keys count 0."""
+    kind, (q, k, v), key_real = make("sigmoid", causal), qkv(6), padding(6)
+    expected = torch.zeros_like(q)
+    for b, h, i in itertools.product(range(2), range(2), range(6)):
+        for j in range(6):
+            if key_real[b, j] and (j <= i or not causal):
+                score = float(q[b, h, i] @ k[b, h, j]) / math.sqrt(D_HEAD) - math.log(300)
+                expected[b, h, i] += v[b, h, j] / (1 + math.exp(-score))
+    torch.testing.assert_close(kind.attend(q, k, v, key_real), expected)
+    torch.testing.assert_close(kind.reference(q, k, v, key_real), expected)
 
 
 @pytest.mark.parametrize("name", DECODING_KINDS)

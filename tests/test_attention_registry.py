@@ -134,7 +134,7 @@ def test_bad_attention_settings_are_one_line(overrides: dict, needle: str) -> No
         ModelConfig.from_dict({"vocab_size": VOCAB, **overrides})
 
 
-@pytest.mark.parametrize("attention", ["sliding_window", "linear"])
+@pytest.mark.parametrize("attention", ["sliding_window", "linear", "sigmoid"])
 def test_kinds_train_through_the_configs(attention: str, tmp_path) -> None:
     window = ["model.window=4"] if attention == "sliding_window" else []  # its key only
     result = train_fast(["model=decoder_only", f"model.attention={attention}", "model.pos=rope",

@@ -135,6 +135,14 @@ class LinearAttentionConfig(AttentionKindConfig):
     name, builds = "linear", "attnlab.nn.attention_kinds:LinearAttention"
 
 
+@ATTENTION_KINDS.declare
+class SigmoidAttentionConfig(AttentionKindConfig):
+    """σ(QKᵀ/√d + b)V, b = −log n, n = model.max_len: each key weighed on its own, no softmax
+    (Ramapuram et al. 2025, §2)."""
+
+    name, builds = "sigmoid", "attnlab.nn.sigmoid_attention:SigmoidAttention"
+
+
 # model.attn_impl ---------------------------------------------------------------------------
 class AttentionImplConfig(ComponentConfig):
     """Base of ``model.attn_impl``: how ``MultiHeadAttention`` computes its kind
