@@ -224,6 +224,7 @@ def config_with(**values: object) -> ModelConfig:
         ({"norm": "post"}, "model.norm=post"),
         ({"attention": "sliding_window"}, "model.attention=sliding_window"),
         ({"attention": "sigmoid"}, "model.attention=sigmoid"),
+        ({"attention": "differential"}, "model.attention=differential"),
         ({"pos": "rope", "norm_type": "rmsnorm", "ffn": "swiglu", "attention": "sigmoid"},
          "model.attention=sigmoid"),  # fmt: skip
         ({"qk_norm": True}, "model.qk_norm=true"),

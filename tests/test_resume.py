@@ -59,8 +59,10 @@ def _val_losses(run_dir: Path) -> list[float]:
 
 @pytest.mark.parametrize(
     ("uninterrupted", "stop"),
-    [("full", STEPS_PER_EPOCH + 2), ("full", STEPS_PER_EPOCH), ("sigmoid", STEPS_PER_EPOCH + 2)],
-    ids=["mid-epoch", "epoch-end", "sigmoid-mid-epoch"], indirect=["uninterrupted"],
+    [("full", STEPS_PER_EPOCH + 2), ("full", STEPS_PER_EPOCH), ("sigmoid", STEPS_PER_EPOCH + 2),
+     ("differential", STEPS_PER_EPOCH + 2)],
+    ids=["mid-epoch", "epoch-end", "sigmoid-mid-epoch", "differential-mid-epoch"],
+    indirect=["uninterrupted"],
 )
 def test_a_resumed_run_ends_with_the_same_val_loss_as_an_uninterrupted_one(
     uninterrupted: tuple[dict, Path], tmp_path: Path, stop: int, request: pytest.FixtureRequest
