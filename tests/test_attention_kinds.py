@@ -3,6 +3,7 @@ patterns, decoding, causality and padding behave as the papers define them."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -23,8 +24,9 @@ D_HEAD = 8
 
 
 def make(name: str, causal: bool, seed: int = 0, **overrides: int) -> AttentionKind:
-    keys = dict(window=16, attn_block=8, n_global=2, linformer_k=32, max_len=300)
-    cfg = ModelConfig(d_model=2 * D_HEAD, n_heads=2, **{**keys, **overrides})
+    keys = dict(d_model=2 * D_HEAD, n_heads=2, window=16, attn_block=8, n_global=2,
+                linformer_k=32, max_len=300)  # fmt: skip
+    cfg = ModelConfig(**{**keys, **overrides})
     torch.manual_seed(0)
     kind = ATTENTION_KINDS.get(name)(cfg, causal).double()
     kind.seed = seed  # bigbird's random blocks
@@ -46,7 +48,8 @@ def padding(T: int) -> torch.Tensor:
 
 
 def test_every_kind_is_registered() -> None:
-    assert KINDS == ["bigbird", "full", "linear", "linformer", "longformer", "sliding_window"]
+    assert KINDS == ["bigbird", "differential", "full", "linear", "linformer", "longformer",
+                     "sigmoid", "sliding_window"]
 
 
 @pytest.mark.parametrize("padded", [False, True], ids=["dense", "padded"])
@@ -145,6 +148,59 @@ def test_linformer_is_eq_7_of_the_paper() -> None:
     expected = torch.softmax(scores, dim=-1) @ (F @ (v * real))
     torch.testing.assert_close(kind.attend(q, k, v, key_real), expected)
     assert kind.has_params and sum(p.numel() for p in kind.parameters()) == 2 * 32 * 300
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_sigmoid_attention_by_hand(causal: bool) -> None:
+    """out_i = Σ_j σ(q_i·k_j/√d − log n) v_j over the keys query i sees, unnormalised
+    (Ramapuram et al. 2025, §2), n = model.max_len = 300; padded keys count 0."""
+    kind, (q, k, v), key_real = make("sigmoid", causal), qkv(6), padding(6)
+    expected = torch.zeros_like(q)
+    for b, h, i in itertools.product(range(2), range(2), range(6)):
+        for j in range(6):
+            if key_real[b, j] and (j <= i or not causal):
+                score = float(q[b, h, i] @ k[b, h, j]) / math.sqrt(D_HEAD) - math.log(300)
+                expected[b, h, i] += v[b, h, j] / (1 + math.exp(-score))
+    torch.testing.assert_close(kind.attend(q, k, v, key_real), expected)
+    torch.testing.assert_close(kind.reference(q, k, v, key_real), expected)
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["dense", "padded"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_differential_attention_is_the_papers_computation_pair_by_pair(
+    causal: bool, padded: bool
+) -> None:
+    """Ye et al. 2025, §2.1, step by step as their multihead_diffattn.py: pair i takes
+    heads 2i, 2i + 1 as (Q₁, K₁), (Q₂, K₂) and their values side by side as V (2d);
+    (A₁ − λA₂)V, RMSNorm over the 2d outputs, × (1 − λ_init); λ_init at layer 3."""
+    kind = make("differential", causal, d_model=4 * D_HEAD, n_heads=4)
+    kind.layer_number = 3
+    with torch.no_grad():
+        kind.head_norm.weight.uniform_(0.5, 1.5)  # a learned scale, not the identity
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(2, 4, 9, D_HEAD, generator=g, dtype=torch.float64) for _ in range(3))
+    key_real = padding(9) if padded else torch.ones(2, 9, dtype=torch.bool)
+    lambda_init = 0.8 - 0.6 * math.exp(-0.3 * 2)
+    lq1, lk1, lq2, lk2 = (p.detach() for p in (kind.lambda_q1, kind.lambda_k1,
+                                               kind.lambda_q2, kind.lambda_k2))  # fmt: skip
+    lam = math.exp(float(lq1 @ lk1)) - math.exp(float(lq2 @ lk2)) + lambda_init
+    allowed = key_real[:, None, :] & (torch.ones(9, 9).tril().bool() if causal else True)
+
+    def softmax_map(head: int) -> torch.Tensor:  # (B, T, T), rows without keys all 0
+        scores = q[:, head] @ k[:, head].transpose(-2, -1) / math.sqrt(D_HEAD)
+        weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+        return torch.nan_to_num(weights)
+
+    expected = torch.empty_like(q)
+    for i in range(2):
+        values = torch.cat([v[:, 2 * i], v[:, 2 * i + 1]], dim=-1)  # (B, T, 2d)
+        head = (softmax_map(2 * i) - lam * softmax_map(2 * i + 1)) @ values
+        rms = torch.sqrt(head.pow(2).mean(-1, keepdim=True) + 1e-5)
+        head = head / rms * kind.head_norm.weight.detach() * (1 - lambda_init)
+        expected[:, 2 * i], expected[:, 2 * i + 1] = head[..., :D_HEAD], head[..., D_HEAD:]
+    key_real = key_real if padded else None
+    torch.testing.assert_close(kind.reference(q, k, v, key_real), expected)
+    torch.testing.assert_close(kind.attend(q, k, v, key_real), expected)
 
 
 @pytest.mark.parametrize("name", DECODING_KINDS)

@@ -128,16 +128,34 @@ def test_the_vit_takes_every_bidirectional_kind() -> None:
     ({"name": "rnn", "attention": "linear"}, "applies to Transformer architectures"),
     ({"name": "encoder_only", "attention": "sparse"}, "model.attention=sparse"),
     ({"name": "encoder_only", "attention": "sliding_window", "window": 0}, "model.window=0"),
+    ({"name": "decoder_only", "attention": "differential", "n_heads": 3, "d_model": 12},
+     "model.n_heads=3 is odd"),
+    ({"name": "decoder_only", "attention": "differential", "n_kv_heads": 2},
+     "model.n_kv_heads=2"),
+    ({"name": "decoder_only", "attention": "differential", "lambda_init": 1.0},
+     "model.lambda_init=1.0"),
+    ({"name": "decoder_only", "attention": "full", "lambda_init": 0.5}, "model.lambda_init"),
 ])  # fmt: skip
 def test_bad_attention_settings_are_one_line(overrides: dict, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
         ModelConfig.from_dict({"vocab_size": VOCAB, **overrides})
 
 
-@pytest.mark.parametrize("attention", ["sliding_window", "linear"])
+@pytest.mark.parametrize("attention", ["sliding_window", "linear", "sigmoid", "differential"])
 def test_kinds_train_through_the_configs(attention: str, tmp_path) -> None:
     window = ["model.window=4"] if attention == "sliding_window" else []  # its key only
     result = train_fast(["model=decoder_only", f"model.attention={attention}", "model.pos=rope",
                          *window, "data=reverse"], tmp_path)  # fmt: skip
     assert result["status"] == "completed"
     assert math.isfinite(result["metrics"]["test/loss"])
+
+
+@pytest.mark.parametrize("fixed", [None, 0.5])
+def test_differential_lambda_init_follows_the_layer_or_the_fixed_value(fixed: float | None) -> None:
+    """λ_init = 0.8 − 0.6·exp(−0.3·(l − 1)) for layer l of each stack (Ye et al. 2025, §2.1),
+    or model.lambda_init in every layer."""
+    model = make("encoder_decoder", "differential", n_layers=3, lambda_init=fixed)
+    for stack in (model.encoder, model.decoder):
+        got = [layer.self_attn.kind.lambda_init for layer in stack.layers]
+        paper = [0.8 - 0.6 * math.exp(-0.3 * (layer - 1)) for layer in (1, 2, 3)]
+        assert got == pytest.approx(paper if fixed is None else [fixed] * 3)

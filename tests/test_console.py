@@ -53,6 +53,16 @@ def test_options_lists_every_registered_value_with_its_reference(
     assert any(line.startswith("experiment ") for line in lines)
 
 
+@pytest.mark.parametrize("kind,paper", [("sigmoid", "Ramapuram et al. 2025"),
+                                        ("differential", "Ye et al. 2025")])
+def test_options_lists_each_attention_kind_with_its_paper(
+    capsys: pytest.CaptureFixture[str], kind: str, paper: str
+) -> None:
+    assert attnlab_train.main(["--options"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(kind in line.split()[:2] and paper in line for line in lines)
+
+
 def test_options_lists_every_named_model_key_and_each_group_once(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -223,6 +223,10 @@ def config_with(**values: object) -> ModelConfig:
         ({"norm": "sandwich"}, "model.norm=sandwich"),
         ({"norm": "post"}, "model.norm=post"),
         ({"attention": "sliding_window"}, "model.attention=sliding_window"),
+        ({"attention": "sigmoid"}, "model.attention=sigmoid"),
+        ({"attention": "differential"}, "model.attention=differential"),
+        ({"pos": "rope", "norm_type": "rmsnorm", "ffn": "swiglu", "attention": "sigmoid"},
+         "model.attention=sigmoid"),  # fmt: skip
         ({"qk_norm": True}, "model.qk_norm=true"),
         ({"n_kv_heads": 2}, "model.n_kv_heads=2"),
         ({"block": "parallel"}, "model.block=parallel"),

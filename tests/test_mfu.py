@@ -49,6 +49,10 @@ def counted_training_flops(cfg: ModelConfig, src_len: int, tgt_len: int, batch: 
         ("encoder_only", {"d_ff": 48}),
         ("encoder_decoder", {"n_decoder_layers": 3}),
         ("encoder_decoder", {"tie_embeddings": False}),
+        ("decoder_only", {"attention": "sigmoid"}),
+        ("encoder_only", {"attention": "sigmoid", "attn_impl": "sdpa"}),
+        ("decoder_only", {"attention": "differential"}),
+        ("encoder_decoder", {"attention": "differential"}),
     ],
 )
 def test_training_flops_match_torch_flop_counter(name: str, overrides: dict) -> None:

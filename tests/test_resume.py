@@ -36,17 +36,20 @@ def _train(run_dir: Path, max_steps: int, *extra: str) -> dict:
     return train(cfg, run_dir)
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+@pytest.fixture(scope="module", params=["full"])
+def uninterrupted(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[dict, Path]:
+    """The run of ``request.param`` (``model.attention``) with no stop."""
     run_dir = tmp_path_factory.mktemp("uninterrupted")
-    return _train(run_dir, TOTAL), run_dir
+    return _train(run_dir, TOTAL, f"model.attention={request.param}"), run_dir
 
 
-def _interrupted(run_dir: Path, stop: int) -> dict:
-    first = _train(run_dir, stop)
+def _interrupted(run_dir: Path, stop: int, attention: str = "full") -> dict:
+    first = _train(run_dir, stop, f"model.attention={attention}")
     assert first["status"] == "completed"
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
-    return _train(run_dir, TOTAL, "ckpt_path=last")
+    return _train(run_dir, TOTAL, f"model.attention={attention}", "ckpt_path=last")
 
 
 def _val_losses(run_dir: Path) -> list[float]:
@@ -55,13 +58,18 @@ def _val_losses(run_dir: Path) -> list[float]:
 
 
 @pytest.mark.parametrize(
-    "stop", [STEPS_PER_EPOCH + 2, STEPS_PER_EPOCH], ids=["mid-epoch", "epoch-end"]
+    ("uninterrupted", "stop"),
+    [("full", STEPS_PER_EPOCH + 2), ("full", STEPS_PER_EPOCH), ("sigmoid", STEPS_PER_EPOCH + 2),
+     ("differential", STEPS_PER_EPOCH + 2)],
+    ids=["mid-epoch", "epoch-end", "sigmoid-mid-epoch", "differential-mid-epoch"],
+    indirect=["uninterrupted"],
 )
 def test_a_resumed_run_ends_with_the_same_val_loss_as_an_uninterrupted_one(
-    uninterrupted: tuple[dict, Path], tmp_path: Path, stop: int
+    uninterrupted: tuple[dict, Path], tmp_path: Path, stop: int, request: pytest.FixtureRequest
 ) -> None:
     reference, reference_dir = uninterrupted
-    resumed = _interrupted(tmp_path, stop)
+    attention = request.node.callspec.params["uninterrupted"]
+    resumed = _interrupted(tmp_path, stop, attention)
     assert resumed["status"] == "completed"
     final = reference["metrics"]["val/loss"]
     assert resumed["metrics"]["val/loss"] == pytest.approx(final, abs=1e-6)

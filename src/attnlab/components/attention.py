@@ -135,6 +135,44 @@ class LinearAttentionConfig(AttentionKindConfig):
     name, builds = "linear", "attnlab.nn.attention_kinds:LinearAttention"
 
 
+@ATTENTION_KINDS.declare
+class SigmoidAttentionConfig(AttentionKindConfig):
+    """σ(QKᵀ/√d + b)V, b = −log n, n = model.max_len: each key weighed on its own, no softmax
+    (Ramapuram et al. 2025, §2)."""
+
+    name, builds = "sigmoid", "attnlab.nn.sigmoid_attention:SigmoidAttention"
+
+
+def lambda_init_rule(key: str, value: Any) -> None:
+    if value is not None and not 0.0 <= float(value) < 1.0:
+        raise ConfigError(f"model.{key}={value} must be in [0, 1), or null for the paper's "
+                          "0.8 − 0.6·exp(−0.3·(l − 1)) at layer l")  # fmt: skip
+
+
+@ATTENTION_KINDS.declare
+class DifferentialAttentionConfig(AttentionKindConfig):
+    """(softmax(Q₁K₁ᵀ/√d) − λ·softmax(Q₂K₂ᵀ/√d))V over pairs of heads, each pair RMS-normed
+    and scaled by 1 − λ_init (Ye et al. 2025, "Differential Transformer", §2.1)."""
+
+    name, builds = "differential", "attnlab.nn.differential_attention:DifferentialAttention"
+    keys = {"lambda_init": Key(None, float | None, lambda_init_rule, "λ_init of every layer; "
+                               "null: 0.8 − 0.6·exp(−0.3·(l − 1)) at layer l")}  # fmt: skip
+
+    @classmethod
+    def check(cls, cfg: ModelKeys) -> None:
+        """Heads 2i and 2i + 1 form pair i, each with its own keys and values."""
+        if cfg.n_heads % 2:
+            raise ConfigError(
+                f"model.attention=differential pairs heads (2i, 2i + 1) and model.n_heads="
+                f"{cfg.n_heads} is odd; choose an even model.n_heads"
+            )
+        if cfg.n_kv_heads not in (None, cfg.n_heads):
+            raise ConfigError(
+                "model.attention=differential pairs each head's own keys and values, and "
+                f"model.n_kv_heads={cfg.n_kv_heads} shares them; set model.n_kv_heads=null"
+            )
+
+
 # model.attn_impl ---------------------------------------------------------------------------
 class AttentionImplConfig(ComponentConfig):
     """Base of ``model.attn_impl``: how ``MultiHeadAttention`` computes its kind

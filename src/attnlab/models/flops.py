@@ -21,6 +21,12 @@ model FLOPs, as MFU counts them (PaLM, App. B) — per ``model.attention``:
   global rows of the bidirectional kinds are computed twice (tests/test_mfu.py bounds it).
 * ``linformer``: the k projected keys (k = ``linformer_k``, even when T < k), plus the
   projections E·K and F·V along the sequence (2·2·k·d per token; Wang et al. 2020, eq. 7).
+* ``sigmoid``: all T keys, as ``full`` (σ(QKᵀ/√d + b) is computed for every pair and
+  masked after; Ramapuram et al. 2025, §2).
+* ``differential``: all T keys, as ``full``: the two maps of a pair of heads score d each
+  (2·T·d over the heads, QKᵀ's), and A₁ − λA₂ weighs the pair's 2d values once (2·T·d,
+  AV's; Ye et al. 2025, eq. 1). The SDPA path multiplies each map by V (twice AV), which
+  is not counted.
 * ``linear``: φ(K)ᵀV and φ(Q)ᵀS, d_head × d_head per head and token (2·2·d_head·d), and the
   normaliser φ(Q)ᵀZ (2·d; Katharopoulos et al. 2020, eq. 6). The causal kernel's chunks
   (the quadratic form within 64 tokens) are not counted.

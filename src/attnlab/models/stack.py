@@ -112,6 +112,10 @@ class TransformerStack(nn.Module):
 
         block = cfg.component("block")
         self.layers = nn.ModuleList(block.build(cfg, causal, cross, depth) for _ in range(n_layers))
+        for number, layer in enumerate(self.layers, start=1):  # differential attention's λ_init(l)
+            kind = getattr(getattr(layer, "self_attn", None), "kind", None)
+            if hasattr(kind, "layer_number"):
+                kind.layer_number = number
         self.final_norm = (
             make_norm(cfg.norm_type, cfg.d_model)
             if cfg.component("norm").target().final_norm

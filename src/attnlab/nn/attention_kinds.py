@@ -12,6 +12,10 @@ projections around it stay in ``MultiHeadAttention``.
                       query block (Zaheer et al. 2020, §2, Fig. 1).
 * ``linformer``       softmax(Q (E K)ᵀ/√d) F V, E, F ∈ R^{k×n} learned (Wang et al. 2020, eq. 7).
 * ``linear``          φ(Q)(φ(K)ᵀV) / φ(Q)(φ(K)ᵀ1), φ = elu + 1 (Katharopoulos et al. 2020, eq. 6).
+* ``sigmoid``         σ(QKᵀ/√d − log n)V, no softmax (Ramapuram et al. 2025;
+                      :mod:`attnlab.nn.sigmoid_attention`).
+* ``differential``    (softmax(Q₁K₁ᵀ/√d) − λ·softmax(Q₂K₂ᵀ/√d))V over pairs of heads (Ye et al.
+                      2025, §2.1; :mod:`attnlab.nn.differential_attention`).
 
 Shapes: q (B, H, T_q, d), k and v (B, H, T_k, d) with heads already repeated for GQA.
 Positions: queries are q_offset … q_offset + T_q − 1, keys 0 … T_k − 1, so one cached
