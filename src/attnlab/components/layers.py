@@ -47,9 +47,18 @@ class PreLNConfig(ResidualConfig):
 
 @RESIDUALS.declare
 class SandwichConfig(ResidualConfig):
-    """x + Dropout(LN_out(Sublayer(LN_in(x)))) — CogView's sandwich (Ding et al. 2021), Peri-LN."""
+    """x + Dropout(LN_out(Sublayer(LN_in(x)))) — CogView's sandwich (Ding et al. 2021), Peri-LN
+    (Kim et al. 2025)."""
 
     name, builds = "sandwich", "attnlab.nn.norms:SandwichNormResidual"
+
+
+@RESIDUALS.declare
+class OLMo2NormConfig(ResidualConfig):
+    """x + Dropout(LN(Sublayer(x))) — the norm on the sublayer's output only (OLMo 2, OLMo et
+    al. 2025, §3; Swin V2's res-post-norm, Liu et al. 2022)."""
+
+    name, builds = "olmo2", "attnlab.nn.norms:OLMo2NormResidual"
 
 
 @RESIDUALS.declare
@@ -83,6 +92,13 @@ class RMSNormConfig(NormTypeConfig):
     """x / RMS(x) · g, RMS(x) = √(mean(x²) + ε)  (Zhang & Sennrich 2019)."""
 
     name, builds = "rmsnorm", "attnlab.nn.normalization:RMSNorm"
+
+
+@NORM_TYPES.declare
+class DynamicTanhConfig(NormTypeConfig):
+    """DyT(x) = γ ⊙ tanh(αx) + β, scalar α from α₀ = 0.5: no normalisation (Zhu et al. 2025)."""
+
+    name, builds = "dyt", "attnlab.nn.normalization:DynamicTanh"
 
 
 # model.ffn ---------------------------------------------------------------------------------
@@ -133,10 +149,24 @@ class GELUTanhFeedForwardConfig(FeedForwardConfig):
 
 
 @FEEDFORWARDS.declare
+class ReLUSquaredFeedForwardConfig(FeedForwardConfig):
+    """FFN(x) = max(0, xW₁ + b₁)²W₂ + b₂: Primer's squared ReLU (So et al. 2021, §3)."""
+
+    name, builds = "relu2", "attnlab.nn.feedforward:ReLUSquaredFeedForward"
+
+
+@FEEDFORWARDS.declare
 class SwiGLUConfig(FeedForwardConfig):
     """(Swish(xW₁) ⊙ xV)W₂: a gated linear unit with a Swish gate (Shazeer 2020)."""
 
     name, builds, gated = "swiglu", "attnlab.nn.feedforward:SwiGLU", True
+
+
+@FEEDFORWARDS.declare
+class GEGLUConfig(FeedForwardConfig):
+    """(GELU(xW₁) ⊙ xV)W₂: a gated linear unit with a GELU gate, tanh form (Shazeer 2020, §2)."""
+
+    name, builds, gated = "geglu", "attnlab.nn.feedforward:GEGLU", True
 
 
 # model.block -------------------------------------------------------------------------------
