@@ -7,11 +7,13 @@ x + LN(Sublayer(x)) (OLMo et al. 2025, §3).
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from attnlab.cli.listing import registry_rows
+from attnlab.errors import ConfigError
 from attnlab.models import ModelConfig, build_model
 from attnlab.nn.feedforward import FEEDFORWARDS
 from attnlab.nn.normalization import DynamicTanh, make_norm
@@ -59,14 +61,37 @@ def test_dyt_is_elementwise_where_a_norm_mixes_the_features() -> None:
         assert moved == others_move, name
 
 
+def tiny(**values: object) -> ModelConfig:
+    return ModelConfig.from_dict({"name": "decoder_only", "vocab_size": 20, "d_model": 16,
+                                  "n_heads": 2, "n_layers": 2, **values})  # fmt: skip
+
+
 def test_dyt_loses_its_bias_with_the_other_norms_under_bias_false() -> None:
-    cfg = ModelConfig.from_dict({"name": "decoder_only", "vocab_size": 20, "d_model": 16,
-                                 "n_heads": 2, "n_layers": 2, "norm_type": "dyt",
-                                 "qk_norm": True, "bias": False})  # fmt: skip
+    cfg = tiny(norm_type="dyt", qk_norm=True, bias=False)
     norms = [m for m in build_model(cfg).modules() if isinstance(m, DynamicTanh)]
     assert len(norms) == 2 * 2 * 2 + 1  # two per layer around sublayers, q and k, the final
     assert all(norm.bias is None for norm in norms)
     assert all(norm.weight is not None for norm in norms)
+
+
+def test_dyt_alpha0_starts_every_dyt_of_the_model_from_it() -> None:
+    cfg = tiny(name="encoder_decoder", norm_type="dyt", dyt_alpha0=0.2, qk_norm=True,
+               embed_norm=True)  # fmt: skip
+    alphas = [m.alpha for m in build_model(cfg).modules() if isinstance(m, DynamicTanh)]
+    # per stack the embedding and final norms; per layer its residuals' and each attention's q, k
+    assert len(alphas) == 2 * (1 + 1) + 2 * (2 + 2) + 2 * (3 + 2 * 2)
+    assert {round(a.item(), 6) for a in alphas} == {0.2}
+
+
+def test_dyt_alpha0_is_refused_without_dyt() -> None:
+    with pytest.raises(ConfigError, match="model.dyt_alpha0=0.2 applies to model.norm_type=dyt"):
+        tiny(norm_type="rmsnorm", dyt_alpha0=0.2)
+
+
+@pytest.mark.parametrize("alpha0", [0.0, -1.0, float("inf")])
+def test_dyt_alpha0_must_be_a_finite_positive_number(alpha0: float) -> None:
+    with pytest.raises(ConfigError, match="must be a finite number > 0"):
+        tiny(norm_type="dyt", dyt_alpha0=alpha0)
 
 
 def test_olmo2_norms_the_sublayer_output_and_not_its_input() -> None:
@@ -84,9 +109,7 @@ def test_olmo2_norms_the_sublayer_output_and_not_its_input() -> None:
 
 
 def test_olmo2_stack_ends_with_a_norm() -> None:
-    cfg = ModelConfig.from_dict({"name": "decoder_only", "vocab_size": 20, "d_model": 16,
-                                 "n_heads": 2, "n_layers": 1, "norm": "olmo2"})  # fmt: skip
-    assert isinstance(build_model(cfg).decoder.final_norm, nn.LayerNorm)
+    assert isinstance(build_model(tiny(norm="olmo2")).decoder.final_norm, nn.LayerNorm)
 
 
 def test_options_list_the_recipe_axes_with_their_papers() -> None:

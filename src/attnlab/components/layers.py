@@ -13,6 +13,7 @@ from attnlab.components.core import (
     ModelKeys,
     locate,
     positive,
+    positive_number,
     positive_or_null,
 )
 from attnlab.errors import ConfigError
@@ -96,9 +97,12 @@ class RMSNormConfig(NormTypeConfig):
 
 @NORM_TYPES.declare
 class DynamicTanhConfig(NormTypeConfig):
-    """DyT(x) = γ ⊙ tanh(αx) + β, scalar α from α₀ = 0.5: no normalisation (Zhu et al. 2025)."""
+    """DyT(x) = γ ⊙ tanh(αx) + β, a learned scalar α from α₀: no normalisation (Zhu et al. 2025)."""
 
     name, builds = "dyt", "attnlab.nn.normalization:DynamicTanh"
+    keys = {"dyt_alpha0": Key(0.5, float, positive_number, "DyT's α at initialisation, in "
+                              "every DyT of the model (the paper's default 0.5; its LLMs "
+                              "tune it, §7)")}  # fmt: skip
 
 
 # model.ffn ---------------------------------------------------------------------------------

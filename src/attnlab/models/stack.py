@@ -78,6 +78,15 @@ def drop_biases(*modules: nn.Module | None) -> None:
                 child.register_parameter("bias", None)
 
 
+def start_dyt_from(alpha0: float, *modules: nn.Module | None) -> None:
+    """``model.dyt_alpha0``: every DyT inside ``modules`` — around the sublayers, on queries
+    and keys, the embedding and final norms, a registered residual's — starts from α = α₀."""
+    for module in modules:
+        for child in module.modules() if module is not None else ():
+            if isinstance(child, DynamicTanh):
+                nn.init.constant_(child.alpha, alpha0)
+
+
 class TransformerStack(nn.Module):
     """Embed tokens, add positions, apply dropout, run the layers, final norm.
 
@@ -120,6 +129,8 @@ class TransformerStack(nn.Module):
         )
         if not cfg.bias:
             drop_biases(self.layers, self.embed_norm, self.final_norm)
+        if cfg.norm_type == "dyt":
+            start_dyt_from(cfg.dyt_alpha0, self.layers, self.embed_norm, self.final_norm)
 
     def forward(
         self,

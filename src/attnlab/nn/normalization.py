@@ -28,8 +28,8 @@ class DynamicTanh(nn.Module):
     without Normalization", §4, Algorithm 1): no statistics over the features, an elementwise
     squashing in the norm's place.
 
-    α₀ = 0.5, the paper's default (§4; §7 tunes it for LLMs); γ = 1, β = 0 as a norm's
-    gain and bias, and β is dropped with the norms' under ``model.bias=false``.
+    α₀ = 0.5, the paper's default (``model.dyt_alpha0``; its LLMs tune it, §7); γ = 1, β = 0
+    as a norm's gain and bias, and β is dropped with the norms' under ``model.bias=false``.
     """
 
     def __init__(self, d_model: int, alpha0: float = 0.5) -> None:
