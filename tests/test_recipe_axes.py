@@ -119,3 +119,31 @@ def test_options_list_the_recipe_axes_with_their_papers() -> None:
     assert "Zhu et al. 2025" in rows[("model.norm_type", "dyt")]
     assert "OLMo et al. 2025" in rows[("model.norm", "olmo2")]
     assert "Peri-LN (Kim et al. 2025)" in rows[("model.norm", "sandwich")]
+
+
+@pytest.mark.parametrize("zero", [True, False])
+def test_zero_init_residual_starts_every_layer_as_the_identity(zero: bool) -> None:
+    torch.manual_seed(0)
+    model = build_model(tiny(zero_init_residual=zero, dropout=0.0)).eval()
+    tokens = torch.randint(6, 20, (2, 8))
+    changed = tokens.clone()
+    changed[:, :4] = torch.randint(6, 20, (2, 4))  # earlier tokens, seen by later positions
+    with torch.no_grad():
+        later = model(tokens)[:, 4:], model(changed)[:, 4:]
+    # identity layers: each position's logits read only its own token and position
+    assert torch.allclose(*later) == zero
+
+
+def test_zero_init_residual_projections_still_get_gradients() -> None:
+    torch.manual_seed(0)
+    model = build_model(tiny(zero_init_residual=True, ffn="geglu", param="mup",
+                             mup_base_width=8))  # fmt: skip
+    layer = model.decoder.layers[0]
+    assert not layer.self_attn.out_proj.weight.any() and not layer.ffn.linear2.weight.any()
+    model(torch.randint(6, 20, (2, 8))).logsumexp(-1).sum().backward()
+    assert layer.self_attn.out_proj.weight.grad.any() and layer.ffn.linear2.weight.grad.any()
+
+
+def test_zero_init_residual_is_refused_with_deepnorm_init() -> None:
+    with pytest.raises(ConfigError, match="model.norm=deepnorm initialises"):
+        tiny(zero_init_residual=True, norm="deepnorm")
