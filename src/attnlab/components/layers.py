@@ -68,6 +68,16 @@ class DeepNormConfig(ResidualConfig):
 
     name, builds = "deepnorm", "attnlab.nn.norms:DeepNormResidual"
 
+    @classmethod
+    def check(cls, cfg: ModelKeys) -> None:
+        """DeepNet's init sets the very matrices ``model.zero_init_residual`` zeroes."""
+        if cfg.get("zero_init_residual"):
+            raise ConfigError(
+                "model.zero_init_residual=true zeroes W_O and the FFN's W₂, which "
+                "model.norm=deepnorm initialises with its gain β (Wang et al. 2022); use one "
+                "of the two"
+            )
+
 
 # model.norm_type ---------------------------------------------------------------------------
 class NormTypeConfig(ComponentConfig):

@@ -68,11 +68,6 @@ RULES: tuple[Refusal, ...] = (
         and not m.component("attention").causal_ok,
         lambda m: m.component("attention").causal_error,
     ),
-    Refusal(  # DeepNet's init sets the very matrices zero_init_residual zeroes
-        lambda m: bool(m.get("zero_init_residual")) and m.get("norm") == "deepnorm",
-        lambda m: "model.zero_init_residual=true zeroes W_O and the FFN's W₂, which "
-        "model.norm=deepnorm initialises with its gain β (Wang et al. 2022); use one of the two",
-    ),
     Refusal(
         lambda m: m.get("param") == "mup" and m.get("attention") == "linear",
         lambda m: "model.param=mup scales softmax attention logits by 1/d_head and "
