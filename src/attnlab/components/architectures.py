@@ -63,9 +63,8 @@ class TransformerStackConfig(ComponentConfig):
                     "(PaLM §2, nanoGPT)"),
         "init": INIT,
         "zero_init_residual": Key(False, bool, None, "true: every sublayer's output projection "
-                                  "(W_O, the FFN's W₂) starts at zero, so each layer starts as "
-                                  "the identity (modded-nanogpt; Fixup's last layer, Zhang et "
-                                  "al. 2019)"),
+                                  "(W_O, the FFN's W₂) starts at zero, so each sublayer starts "
+                                  "adding nothing (modded-nanogpt; Fixup, Zhang et al. 2019)"),
         "activation_checkpointing": Key(False, bool, None, "recompute each layer's activations "
                                         "in the backward pass"),
     }  # fmt: skip

@@ -25,8 +25,9 @@ def initialize(
 
     ``zero_residual`` (``model.zero_init_residual``): then the residual output projections
     W_O and W₂ are zero (their biases are under every scheme), so every sublayer adds nothing
-    at the first step and each layer is the identity; their gradients are not zero (modded-nanogpt's
-    ``c_proj``; Fixup, Zhang et al. 2019, §3, zeroes a residual branch's last layer).
+    at the first step (a Pre-LN layer is the identity) while their own gradients are not
+    zero (modded-nanogpt's ``c_proj``; Fixup, Zhang et al. 2019, zeroes the last layer of
+    each residual branch).
     """
     residual_outputs: set = set()
     stacked: dict = {}
