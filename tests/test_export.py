@@ -57,10 +57,14 @@ RUNS = {
                  "model.tie_embeddings=false"],  # fmt: skip
     # no biases (nanoGPT's bias=False): zeros where GPT-2 always has them
     "gpt2_nobias": [*GPT2_BLOCK, "model.ffn=gelu", "model.bias=false"],
+    # Primer's squared ReLU: transformers' relu2 activation
+    "gpt2_relu2": [*GPT2_BLOCK, "model.ffn=relu2"],
     # grouped-query attention over byte-level BPE
     "llama": [*LLAMA_BLOCK, "model.n_kv_heads=2", "data.tokenizer=bpe", "data.vocab_size=300"],
     # no biases: attention_bias false, no bias tensors in the file
     "llama_nobias": [*LLAMA_BLOCK, "model.bias=false"],
+    # GEGLU: Llama's MLP with the tanh GELU as its gate (hidden_act=gelu_pytorch_tanh)
+    "llama_geglu": [*LLAMA_BLOCK[:3], "model.ffn=geglu", *LLAMA_BLOCK[4:]],
     # a masked LM in BERT's layout: Post-LN, learned positions, the embedding norm
     "bert": ["model=encoder_only", "model.norm=post", "model.pos=learned", "model.ffn=gelu",
              "model.embed_norm=true", "model.d_model=32", "model.n_heads=4"],  # fmt: skip
@@ -139,8 +143,10 @@ def hf_results(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) 
                                            ("gpt2_tied", "GPT2LMHeadModel"),
                                            ("gpt2_mup", "GPT2LMHeadModel"),
                                            ("gpt2_nobias", "GPT2LMHeadModel"),
+                                           ("gpt2_relu2", "GPT2LMHeadModel"),
                                            ("llama", "LlamaForCausalLM"),
                                            ("llama_nobias", "LlamaForCausalLM"),
+                                           ("llama_geglu", "LlamaForCausalLM"),
                                            ("bert", "BertModel")])  # fmt: skip
 def test_transformers_computes_the_same_outputs_and_greedy_continuation(
     hf_results: dict, name: str, hf_class: str
@@ -222,6 +228,14 @@ def config_with(**values: object) -> ModelConfig:
         ({"norm": "deepnorm"}, "model.norm=deepnorm"),
         ({"norm": "sandwich"}, "model.norm=sandwich"),
         ({"norm": "post"}, "model.norm=post"),
+        # no Hugging Face class has DyT; Olmo2's reordered norm comes with a whole-width QK-norm
+        ({"norm_type": "dyt"}, "model.norm_type=dyt"),
+        ({"pos": "rope", "norm_type": "dyt", "ffn": "swiglu"}, "model.norm_type=dyt"),
+        ({"norm": "olmo2"}, "model.norm=olmo2"),
+        ({"pos": "rope", "norm_type": "rmsnorm", "ffn": "swiglu", "norm": "olmo2",
+          "qk_norm": True}, "model.norm=olmo2"),  # fmt: skip
+        ({"pos": "rope", "norm_type": "rmsnorm", "ffn": "relu2"}, "model.ffn=relu2"),
+        ({"ffn": "geglu"}, "model.norm_type=layernorm"),
         ({"attention": "sliding_window"}, "model.attention=sliding_window"),
         ({"attention": "sigmoid"}, "model.attention=sigmoid"),
         ({"attention": "differential"}, "model.attention=differential"),
@@ -262,6 +276,9 @@ def test_the_two_families_are_chosen_by_their_options() -> None:
     assert choose_mapping(config_with(ffn="gelu_tanh"), "lm") is GPT2Mapping
     llama = config_with(pos="rope", norm_type="rmsnorm", ffn="swiglu", n_kv_heads=1)
     assert choose_mapping(llama, "lm") is LlamaMapping
+    assert choose_mapping(config_with(ffn="relu2"), "lm") is GPT2Mapping
+    assert choose_mapping(config_with(pos="rope", norm_type="rmsnorm", ffn="geglu"),
+                          "lm") is LlamaMapping  # fmt: skip
     bert = config_with(name="encoder_only", norm="post", embed_norm=True)
     assert choose_mapping(bert, "classification") is BertMapping
     with pytest.raises(ConfigError, match="classification"):

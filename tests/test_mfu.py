@@ -46,6 +46,8 @@ def counted_training_flops(cfg: ModelConfig, src_len: int, tgt_len: int, batch: 
     [
         ("decoder_only", {}),
         ("decoder_only", {"ffn": "swiglu"}),
+        ("decoder_only", {"ffn": "geglu", "norm": "olmo2"}),
+        ("encoder_only", {"ffn": "relu2", "norm_type": "dyt"}),
         ("encoder_only", {"d_ff": 48}),
         ("encoder_decoder", {"n_decoder_layers": 3}),
         ("encoder_decoder", {"tie_embeddings": False}),

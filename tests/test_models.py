@@ -13,7 +13,7 @@ from attnlab.nn.norms import StackDepth, deepnorm_constants
 from attnlab.nn.positions import sequence_positions
 
 ARCHS = ("encoder_only", "decoder_only", "encoder_decoder")
-NORMS = ("pre", "post", "sandwich", "deepnorm")
+NORMS = ("pre", "post", "sandwich", "deepnorm", "olmo2")
 
 
 def make(name: str, **overrides: object) -> torch.nn.Module:

@@ -153,11 +153,12 @@ def test_feedforward_shapes(name: str) -> None:
     assert ffn(torch.randn(2, 3, 16)).shape == (2, 3, 16)
 
 
-def test_swiglu_default_width_keeps_parameter_count_comparable() -> None:
+@pytest.mark.parametrize("gated", ["swiglu", "geglu"])
+def test_gated_default_width_keeps_parameter_count_comparable(gated: str) -> None:
     def params(ffn: str) -> int:
         return sum(p.numel() for p in FEEDFORWARDS.get(ffn)(96, default_d_ff(ffn, 96)).parameters())
 
-    relu, glu = params("relu"), params("swiglu")
+    relu, glu = params("relu"), params(gated)
     assert abs(glu - relu) / relu < 0.02
 
 

@@ -55,7 +55,8 @@ def test_every_help_answers_without_importing_torch(command: list[str], tmp_path
 
 @pytest.mark.parametrize(
     "override,message",
-    [("model.norm=postln", "model.norm=postln is not a known option; use one of: deepnorm, post"),
+    [("model.norm=postln",
+      "model.norm=postln is not a known option; use one of: deepnorm, olmo2, post"),
      ("model.pos=rotary", "model.pos=rotary is not a known option"),
      ("model.name=gpt", "model=gpt is not a known option"),
      ("optim.lr=-1", "optim.lr=-1"), ("decode.cache=ring", "decode.cache=ring is not valid")],

@@ -145,8 +145,10 @@ def test_only_prefix_lm_lets_earlier_source_positions_see_later_source(prefix_lm
 VARIANTS = [
     *[f"model.pos={pos}" for pos in
       ("rope", "alibi", "t5_relative", "sinusoidal_concat", "learned", "none")],
-    "model.norm=sandwich", "model.norm=deepnorm", "model.norm_type=rmsnorm",
-    "model.ffn=swiglu", "model.ffn=gelu", "model.init=gpt2", "model.init=xavier",
+    "model.norm=sandwich", "model.norm=deepnorm", "model.norm=olmo2", "model.norm_type=rmsnorm",
+    "model.norm_type=dyt model.dyt_alpha0=1.0", "model.ffn=swiglu", "model.ffn=geglu",
+    "model.ffn=gelu", "model.ffn=relu2", "model.init=gpt2", "model.init=xavier",
+    "model.zero_init_residual=true",
     "model=decoder_only model.prefix_lm=true",
     "model.tie_embeddings=output", "model.tie_embeddings=false", "model.attn_impl=math",
 ]  # fmt: skip

@@ -62,6 +62,9 @@ class TransformerStackConfig(ComponentConfig):
         "bias": Key(True, bool, None, "false: no biases in the layers' linear maps and norms "
                     "(PaLM §2, nanoGPT)"),
         "init": INIT,
+        "zero_init_residual": Key(False, bool, None, "true: every sublayer's output projection "
+                                  "(W_O, the FFN's W₂) starts at zero, so each sublayer starts "
+                                  "adding nothing (modded-nanogpt; Fixup, Zhang et al. 2019)"),
         "activation_checkpointing": Key(False, bool, None, "recompute each layer's activations "
                                         "in the backward pass"),
     }  # fmt: skip

@@ -20,6 +20,7 @@ are exactly those of its architecture and of the components it chose
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
@@ -182,6 +183,11 @@ def positive_or_null(key: str, value: Any) -> None:
 def at_least_zero(key: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigError(f"model.{key}={value} must be an integer >= 0")
+
+
+def positive_number(key: str, value: Any) -> None:
+    if not math.isfinite(float(value)) or float(value) <= 0:
+        raise ConfigError(f"model.{key}={value} must be a finite number > 0")
 
 
 def probability(key: str, value: Any) -> None:

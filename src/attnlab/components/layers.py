@@ -13,6 +13,7 @@ from attnlab.components.core import (
     ModelKeys,
     locate,
     positive,
+    positive_number,
     positive_or_null,
 )
 from attnlab.errors import ConfigError
@@ -47,9 +48,18 @@ class PreLNConfig(ResidualConfig):
 
 @RESIDUALS.declare
 class SandwichConfig(ResidualConfig):
-    """x + Dropout(LN_out(Sublayer(LN_in(x)))) — CogView's sandwich (Ding et al. 2021), Peri-LN."""
+    """x + Dropout(LN_out(Sublayer(LN_in(x)))) — CogView's sandwich (Ding et al. 2021), Peri-LN
+    (Kim et al. 2025)."""
 
     name, builds = "sandwich", "attnlab.nn.norms:SandwichNormResidual"
+
+
+@RESIDUALS.declare
+class OLMo2NormConfig(ResidualConfig):
+    """x + Dropout(LN(Sublayer(x))) — the norm on the sublayer's output only (OLMo 2, OLMo et
+    al. 2025, §3; Swin V2's res-post-norm, Liu et al. 2022)."""
+
+    name, builds = "olmo2", "attnlab.nn.norms:OLMo2NormResidual"
 
 
 @RESIDUALS.declare
@@ -57,6 +67,16 @@ class DeepNormConfig(ResidualConfig):
     """LN(α·x + Dropout(Sublayer(x))): Post-LN with an up-weighted residual (Wang et al. 2022)."""
 
     name, builds = "deepnorm", "attnlab.nn.norms:DeepNormResidual"
+
+    @classmethod
+    def check(cls, cfg: ModelKeys) -> None:
+        """DeepNet's init sets the very matrices ``model.zero_init_residual`` zeroes."""
+        if cfg.get("zero_init_residual"):
+            raise ConfigError(
+                "model.zero_init_residual=true zeroes W_O and the FFN's W₂, which "
+                "model.norm=deepnorm initialises with its gain β (Wang et al. 2022); use one "
+                "of the two"
+            )
 
 
 # model.norm_type ---------------------------------------------------------------------------
@@ -83,6 +103,16 @@ class RMSNormConfig(NormTypeConfig):
     """x / RMS(x) · g, RMS(x) = √(mean(x²) + ε)  (Zhang & Sennrich 2019)."""
 
     name, builds = "rmsnorm", "attnlab.nn.normalization:RMSNorm"
+
+
+@NORM_TYPES.declare
+class DynamicTanhConfig(NormTypeConfig):
+    """DyT(x) = γ ⊙ tanh(αx) + β, a learned scalar α from α₀: no normalisation (Zhu et al. 2025)."""
+
+    name, builds = "dyt", "attnlab.nn.normalization:DynamicTanh"
+    keys = {"dyt_alpha0": Key(0.5, float, positive_number, "DyT's α at initialisation, in "
+                              "every DyT of the model (the paper's default 0.5; its LLMs "
+                              "tune it, §7)")}  # fmt: skip
 
 
 # model.ffn ---------------------------------------------------------------------------------
@@ -133,10 +163,24 @@ class GELUTanhFeedForwardConfig(FeedForwardConfig):
 
 
 @FEEDFORWARDS.declare
+class ReLUSquaredFeedForwardConfig(FeedForwardConfig):
+    """FFN(x) = max(0, xW₁ + b₁)²W₂ + b₂: Primer's squared ReLU (So et al. 2021, §3)."""
+
+    name, builds = "relu2", "attnlab.nn.feedforward:ReLUSquaredFeedForward"
+
+
+@FEEDFORWARDS.declare
 class SwiGLUConfig(FeedForwardConfig):
     """(Swish(xW₁) ⊙ xV)W₂: a gated linear unit with a Swish gate (Shazeer 2020)."""
 
     name, builds, gated = "swiglu", "attnlab.nn.feedforward:SwiGLU", True
+
+
+@FEEDFORWARDS.declare
+class GEGLUConfig(FeedForwardConfig):
+    """(GELU(xW₁) ⊙ xV)W₂: a gated linear unit with a GELU gate, tanh form (Shazeer 2020, §2)."""
+
+    name, builds, gated = "geglu", "attnlab.nn.feedforward:GEGLU", True
 
 
 # model.block -------------------------------------------------------------------------------

@@ -6,9 +6,13 @@ export needs only ``safetensors``. The tests load every mapping with ``from_pret
 and compare logits and greedy generation.
 
 * :class:`GPT2Mapping`  ``decoder_only`` with Pre-LN LayerNorm, learned positions and a
-  ReLU/GELU FFN → ``GPT2LMHeadModel`` (Radford et al. 2019).
-* :class:`LlamaMapping` ``decoder_only`` with Pre-LN RMSNorm, RoPE and SwiGLU (and GQA)
-  → ``LlamaForCausalLM`` (Touvron et al. 2023).
+  ReLU, GELU or squared-ReLU FFN → ``GPT2LMHeadModel`` (Radford et al. 2019), its
+  ``activation_function`` (``relu2``: transformers' ``ReLUSquaredActivation``, Primer's).
+* :class:`LlamaMapping` ``decoder_only`` with Pre-LN RMSNorm, RoPE and SwiGLU or GEGLU (and
+  GQA) → ``LlamaForCausalLM`` (Touvron et al. 2023), whose MLP is act(x·gate)·(x·up) with
+  ``hidden_act`` as the gate: ``silu`` or ``gelu_pytorch_tanh``, the tanh GELU of attnlab's
+  GEGLU. (Gemma's GEGLU model also scales the embeddings by √d_model and norms by (1 + g);
+  Llama's class computes attnlab's model with nothing folded.)
 * :class:`BertMapping`  ``encoder_only`` with Post-LN LayerNorm, learned positions and the
   embedding norm (``model.embed_norm=true``) → ``BertModel`` (Devlin et al. 2019), the
   encoder's states; attnlab's heads (a bare projection for the masked LM, a mean pool for
@@ -40,7 +44,9 @@ from attnlab.errors import ConfigError
 from attnlab.model_config import ModelConfig
 from attnlab.special_tokens import BOS, EOS, PAD
 
-ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new"}  # transformers' ACT2FN
+# transformers' ACT2FN names: the activation of an ungated FFN, the gate of a gated one
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "relu2": "relu2"}
+GATES = {"swiglu": "silu", "geglu": "gelu_pytorch_tanh"}
 
 
 class Mapping:
@@ -169,7 +175,7 @@ class GPT2Mapping(Mapping):
 
 
 class LlamaMapping(Mapping):
-    """``LlamaForCausalLM``: x + Attn(RMSNorm(x)) with RoPE; x + SwiGLU(RMSNorm(x)).
+    """``LlamaForCausalLM``: x + Attn(RMSNorm(x)) with RoPE; x + SwiGLU(RMSNorm(x)) (GEGLU).
 
     attnlab rotates interleaved pairs (x_2i, x_2i+1) (RoFormer eq. 34); Hugging Face's Llama
     rotates the halves (x_i, x_i+d/2) with the same θ_i. Reordering every head's rows of W_Q
@@ -181,7 +187,7 @@ class LlamaMapping(Mapping):
     hf_class = "LlamaForCausalLM"
     needs = {
         "name": ("decoder_only",), "norm": ("pre",), "norm_type": ("rmsnorm",),
-        "pos": ("rope",), "ffn": ("swiglu",), "attention": ("full",),
+        "pos": ("rope",), "ffn": tuple(GATES), "attention": ("full",),
         "block": ("sequential",), "qk_norm": (False,), "prefix_lm": (False,),
         "embed_norm": (False,), "pad_id": (PAD,),
     }  # fmt: skip
@@ -195,7 +201,7 @@ class LlamaMapping(Mapping):
             "hidden_size": cfg.d_model, "intermediate_size": cfg.ff_dim,
             "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
             "num_key_value_heads": cfg.n_kv_heads or cfg.n_heads, "head_dim": cfg.d_head,
-            "hidden_act": "silu", "max_position_embeddings": cfg.max_len,
+            "hidden_act": GATES[cfg.ffn], "max_position_embeddings": cfg.max_len,
             "rms_norm_eps": 1e-5,  # attnlab's RMSNorm
             "rope_theta": 10000.0,
             "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
@@ -325,7 +331,7 @@ class BertMapping(Mapping):
 
 MAPPINGS: tuple[type[Mapping], ...] = (GPT2Mapping, LlamaMapping, BertMapping)
 # what makes a decoder "Llama-like": a mismatch is then reported against Llama, not GPT-2
-LLAMA_SIGNS = {"norm_type": "rmsnorm", "pos": "rope", "ffn": "swiglu"}
+LLAMA_SIGNS = {"norm_type": ("rmsnorm",), "pos": ("rope",), "ffn": tuple(GATES)}
 
 
 def choose_mapping(cfg: ModelConfig, task: str) -> type[Mapping]:
@@ -343,7 +349,7 @@ def choose_mapping(cfg: ModelConfig, task: str) -> type[Mapping]:
             f"format=hf exports language models; this run was trained on {task} data, whose "
             "classification head has no counterpart in a causal-LM class: use format=native"
         )
-    llama_like = any(getattr(cfg, k) == v for k, v in LLAMA_SIGNS.items())
+    llama_like = any(getattr(cfg, k) in v for k, v in LLAMA_SIGNS.items())
     return _checked(LlamaMapping if llama_like else GPT2Mapping, cfg)
 
 

@@ -11,7 +11,9 @@ from attnlab.nn.feedforward import FeedForward, SwiGLU
 from attnlab.nn.positions import Positions
 
 
-def initialize(model: nn.Module, scheme: str, d_model: int, n_layers: int) -> None:
+def initialize(
+    model: nn.Module, scheme: str, d_model: int, n_layers: int, zero_residual: bool = False
+) -> None:
     """Initialise every weight of ``model`` in place.
 
     * ``paper``:  Xavier-uniform linear maps, zero biases, token embeddings
@@ -20,6 +22,12 @@ def initialize(model: nn.Module, scheme: str, d_model: int, n_layers: int) -> No
       (the Annotated Transformer / reference PyTorch implementation).
     * ``gpt2``:   N(0, 0.02) everywhere, residual output projections (W_O and
       the FFN's second map) N(0, 0.02/√(2·n_layers)) (Radford et al. 2019).
+
+    ``zero_residual`` (``model.zero_init_residual``): then the residual output projections
+    W_O and W₂ are zero (their biases are under every scheme), so every sublayer adds nothing
+    at the first step (a Pre-LN layer is the identity) while their own gradients are not
+    zero (modded-nanogpt's ``c_proj``; Fixup, Zhang et al. 2019, zeroes the last layer of
+    each residual branch).
     """
     residual_outputs: set = set()
     stacked: dict = {}
@@ -48,3 +56,6 @@ def initialize(model: nn.Module, scheme: str, d_model: int, n_layers: int) -> No
                 nn.init.xavier_uniform_(part)
         else:
             nn.init.xavier_uniform_(param)
+    if zero_residual:
+        for weight in residual_outputs:
+            nn.init.zeros_(weight)

@@ -19,6 +19,7 @@ from torch.utils.checkpoint import checkpoint
 from attnlab.model_config import ModelConfig
 from attnlab.nn.dropout import Dropout
 from attnlab.nn.kernels import AttentionInputs
+from attnlab.nn.normalization import DynamicTanh
 from attnlab.nn.norms import StackDepth, make_norm
 from attnlab.nn.positions import Positions
 from attnlab.nn.visibility import Visibility
@@ -69,12 +70,21 @@ def drop_biases(*modules: nn.Module | None) -> None:
     PaLM, §2); nanoGPT's ``bias=False`` (its default) and LLaMA likewise. The weights
     are drawn as with biases (the same random stream), then the biases are removed
     before ``model.init``; registered feed-forward and residual classes built from
-    ``nn.Linear`` and ``nn.LayerNorm`` need nothing of their own.
+    ``nn.Linear`` and ``nn.LayerNorm`` need nothing of their own (DyT's β goes as a norm's).
     """
     for module in modules:
         for child in module.modules() if module is not None else ():
-            if isinstance(child, nn.Linear | nn.LayerNorm) and child.bias is not None:
+            if isinstance(child, nn.Linear | nn.LayerNorm | DynamicTanh) and child.bias is not None:
                 child.register_parameter("bias", None)
+
+
+def start_dyt_from(alpha0: float, *modules: nn.Module | None) -> None:
+    """``model.dyt_alpha0``: every DyT inside ``modules`` — around the sublayers, on queries
+    and keys, the embedding and final norms, a registered residual's — starts from α = α₀."""
+    for module in modules:
+        for child in module.modules() if module is not None else ():
+            if isinstance(child, DynamicTanh):
+                nn.init.constant_(child.alpha, alpha0)
 
 
 class TransformerStack(nn.Module):
@@ -123,6 +133,8 @@ class TransformerStack(nn.Module):
         )
         if not cfg.bias:
             drop_biases(self.layers, self.embed_norm, self.final_norm)
+        if cfg.norm_type == "dyt":
+            start_dyt_from(cfg.dyt_alpha0, self.layers, self.embed_norm, self.final_norm)
 
     def forward(
         self,

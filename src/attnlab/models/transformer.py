@@ -41,7 +41,7 @@ class TransformerModel(Architecture):
 
     def _finish(self, n_layers: int, depths: dict[str, StackDepth]) -> None:
         """Initialise (``model.init``, then the residual scheme's own step per stack) and tie."""
-        initialize(self, self.cfg.init, self.cfg.d_model, n_layers)
+        initialize(self, self.cfg.init, self.cfg.d_model, n_layers, self.cfg.zero_init_residual)
         residual = RESIDUALS.get(self.cfg.norm)
         stacks = self.stacks()
         for role, depth in depths.items():

@@ -70,7 +70,7 @@ class VisionTransformer(Architecture):
         self.encoder = TransformerStack(
             cfg, None, cfg.n_layers, causal=False, depth=depth, grid=(self.grid, self.grid)
         )
-        initialize(self, cfg.init, cfg.d_model, cfg.n_layers)
+        initialize(self, cfg.init, cfg.d_model, cfg.n_layers, cfg.zero_init_residual)
         RESIDUALS.get(cfg.norm).initialize(self.encoder.layers, depth)
 
     @property

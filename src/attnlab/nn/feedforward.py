@@ -3,7 +3,9 @@
 FFN(x) = max(0, xW₁ + b₁)W₂ + b₂                     Vaswani et al. 2017, eq. 2
 GELU variant: GELU(xW₁ + b₁)W₂ + b₂                 Hendrycks & Gimpel 2016 (exact, erf)
 gelu_tanh:    the same with GELU's tanh approximation, as BERT and GPT-2 compute it
-SwiGLU(x) = (Swish(xW₁) ⊙ xV)W₂                     Shazeer 2020
+relu2:        max(0, xW₁ + b₁)²W₂ + b₂               So et al. 2021, Primer, §3
+SwiGLU(x) = (Swish(xW₁) ⊙ xV)W₂                     Shazeer 2020, §2
+GEGLU(x)  = (GELU(xW₁) ⊙ xV)W₂                      Shazeer 2020, §2 (GELU's tanh form)
 """
 
 from __future__ import annotations
@@ -57,8 +59,23 @@ class GELUTanhFeedForward(FeedForward):
     activation = staticmethod(gelu_tanh)
 
 
+def relu_squared(x: Tensor) -> Tensor:
+    """max(0, x)²: Primer's squared ReLU (So et al. 2021, §3)."""
+    return F.relu(x).square()
+
+
+class ReLUSquaredFeedForward(FeedForward):
+    """FFN with Primer's squared ReLU: max(0, xW₁ + b₁)²W₂ + b₂ (So et al. 2021, §3)."""
+
+    activation = staticmethod(relu_squared)
+
+
 class SwiGLU(nn.Module):
-    """Gated linear unit with Swish gate (Shazeer 2020, "GLU Variants Improve Transformer")."""
+    """Gated linear unit with Swish gate (Shazeer 2020, "GLU Variants Improve Transformer").
+
+    (act(xW₁) ⊙ xV)W₂ without biases; a subclass changes only ``activation``."""
+
+    activation = staticmethod(F.silu)
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
         super().__init__()
@@ -68,4 +85,14 @@ class SwiGLU(nn.Module):
         self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(self.dropout(F.silu(self.gate(x)) * self.linear1(x)))
+        return self.linear2(self.dropout(self.activation(self.gate(x)) * self.linear1(x)))
+
+
+class GEGLU(SwiGLU):
+    """Gated linear unit with a GELU gate: (GELU(xW₁) ⊙ xV)W₂ (Shazeer 2020, §2).
+
+    GELU's tanh approximation, as the paper's Mesh TensorFlow computed ``gelu``, and as T5
+    v1.1 (``gated-gelu``) and Gemma (``gelu_pytorch_tanh``) do; ``ffn=gelu`` vs
+    ``gelu_tanh`` is the ablation of the approximation itself."""
+
+    activation = staticmethod(gelu_tanh)

@@ -5,7 +5,9 @@ one residual wrapper; the placements differ only in where the norm goes:
 
 * ``post``      LN(x + Dropout(Sublayer(x)))          Vaswani et al. 2017, §5.4
 * ``pre``       x + Dropout(Sublayer(LN(x)))          Xiong et al. 2020 (+ final LN)
-* ``sandwich``  x + Dropout(LN(Sublayer(LN(x))))      Ding et al. 2021, CogView (+ final LN)
+* ``sandwich``  x + Dropout(LN(Sublayer(LN(x))))      Ding et al. 2021, CogView; Peri-LN,
+                                                      Kim et al. 2025 (+ final LN)
+* ``olmo2``     x + Dropout(LN(Sublayer(x)))          OLMo et al. 2025, OLMo 2 §3 (+ final LN)
 * ``deepnorm``  LN(α·x + Dropout(Sublayer(x)))        Wang et al. 2022, DeepNet
 """
 
@@ -81,7 +83,10 @@ class PreNormResidual(Residual):
 
 
 class SandwichNormResidual(Residual):
-    """x + Dropout(LN_out(Sublayer(LN_in(x)))) — bounds what each sublayer adds."""
+    """x + Dropout(LN_out(Sublayer(LN_in(x)))) — bounds what each sublayer adds.
+
+    CogView's sandwich (Ding et al. 2021) is the placement Kim et al. 2025 name Peri-LN: a
+    norm on each sublayer's input and on its output, and a final norm."""
 
     final_norm = True
 
@@ -93,6 +98,18 @@ class SandwichNormResidual(Residual):
 
     def forward(self, x: Tensor, sublayer: Sublayer) -> Tensor:
         return x + self.dropout(self.out_norm(sublayer(self.norm(x))))
+
+
+class OLMo2NormResidual(Residual):
+    """x + Dropout(LN(Sublayer(x))) — the norm on the sublayer's output only (OLMo et al.
+    2025, "2 OLMo 2 Furious", §3, "reordered norm"; Swin Transformer V2's res-post-norm, Liu
+    et al. 2022): the sublayer reads the raw residual stream, which no norm bounds, so the
+    stack ends with a norm."""
+
+    final_norm = True
+
+    def forward(self, x: Tensor, sublayer: Sublayer) -> Tensor:
+        return x + self.dropout(self.norm(sublayer(x)))
 
 
 class DeepNormResidual(Residual):
