@@ -42,11 +42,21 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]
     return _train(run_dir, TOTAL), run_dir
 
 
-def _interrupted(run_dir: Path, stop: int) -> dict:
-    first = _train(run_dir, stop)
+# a mixture of experts whose balancing bias moves each step: a buffer the resume restores
+MOE = ("model.ffn=moe", "model.moe_experts=4", "model.moe_bias_rate=0.05")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_moe(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    run_dir = tmp_path_factory.mktemp("uninterrupted_moe")
+    return _train(run_dir, TOTAL, *MOE), run_dir
+
+
+def _interrupted(run_dir: Path, stop: int, *extra: str) -> dict:
+    first = _train(run_dir, stop, *extra)
     assert first["status"] == "completed"
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
-    return _train(run_dir, TOTAL, "ckpt_path=last")
+    return _train(run_dir, TOTAL, "ckpt_path=last", *extra)
 
 
 def _val_losses(run_dir: Path) -> list[float]:
@@ -55,13 +65,17 @@ def _val_losses(run_dir: Path) -> list[float]:
 
 
 @pytest.mark.parametrize(
-    "stop", [STEPS_PER_EPOCH + 2, STEPS_PER_EPOCH], ids=["mid-epoch", "epoch-end"]
-)
+    ("stop", "reference_run", "extra"),
+    [(STEPS_PER_EPOCH + 2, "uninterrupted", ()), (STEPS_PER_EPOCH, "uninterrupted", ()),
+     (STEPS_PER_EPOCH + 2, "uninterrupted_moe", MOE)],
+    ids=["mid-epoch", "epoch-end", "mid-epoch-ffn=moe"],
+)  # fmt: skip
 def test_a_resumed_run_ends_with_the_same_val_loss_as_an_uninterrupted_one(
-    uninterrupted: tuple[dict, Path], tmp_path: Path, stop: int
-) -> None:
-    reference, reference_dir = uninterrupted
-    resumed = _interrupted(tmp_path, stop)
+    request: pytest.FixtureRequest, tmp_path: Path, stop: int, reference_run: str,
+    extra: tuple[str, ...],
+) -> None:  # fmt: skip
+    reference, reference_dir = request.getfixturevalue(reference_run)
+    resumed = _interrupted(tmp_path, stop, *extra)
     assert resumed["status"] == "completed"
     final = reference["metrics"]["val/loss"]
     assert resumed["metrics"]["val/loss"] == pytest.approx(final, abs=1e-6)
