@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import torch.nn.functional as F
 
 from attnlab.errors import ConfigError
 from attnlab.models import ModelConfig, build_model
-from attnlab.nn.moe import MixtureOfExperts
+from attnlab.nn.moe import MixtureOfExperts, update_biases
 from attnlab.tasks.base import auxiliary_losses
 from composed_runs import compose_run
 
@@ -183,3 +184,28 @@ def test_a_moe_run_trains_logs_its_routing_and_saves_its_bias(tmp_path: Path) ->
     state = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
     bias = state["model.decoder.layers.0.ffn.balance_bias"]
     assert 0 < bias.abs().max() <= 0.01 * 8 + 1e-6  # ±γ a step, for 8 steps
+
+
+def test_activation_checkpointing_moves_the_bias_as_without_it() -> None:
+    """Recomputing a layer in the backward pass routes its tokens again (counted twice, the
+    sign of mean load − load is the same)."""
+    biases = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        model = build_model(model_config(moe_bias_rate=0.1, activation_checkpointing=checkpointing))
+        model.train()(torch.randint(6, 40, (3, 9))).sum().backward()
+        update_biases(model)
+        biases.append(torch.cat([m.balance_bias for m in model.modules()
+                                 if isinstance(m, MixtureOfExperts)]))  # fmt: skip
+    assert biases[0].abs().sum() > 0
+    torch.testing.assert_close(biases[1], biases[0])
+
+
+def test_the_coordinate_check_measures_a_mixture_as_one_ffn_per_layer() -> None:
+    from attnlab.coord_check import _hooks
+
+    model, record = build_model(model_config()), defaultdict(list)
+    _hooks(model, record)
+    model(torch.randint(6, 40, (2, 5)))
+    assert len(record["ffn"]) == model.cfg.n_layers  # not one per expert (some see no token)
+    assert all(math.isfinite(v) for v in record["ffn"])
