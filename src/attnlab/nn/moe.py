@@ -22,9 +22,10 @@ Balancing (each term off at coefficient 0, and the two may be combined as DeepSe
 
 Dropless: every token reaches its k experts, there is no capacity and no token is dropped, so
 a token's output does not depend on the other tokens of the batch (cached decoding equals
-recomputation). Experts run one after the other on the tokens routed to them, every expert on
-every step (possibly on no token), so data parallelism sees a gradient for every parameter.
-Expert parallelism (experts on different devices) is not implemented.
+recomputation). Every position is routed and counted in the load, padding included. Experts
+run one after the other on the tokens routed to them, every expert on every step (possibly on
+no token), so data parallelism sees a gradient for every parameter. Expert parallelism
+(experts on different devices) is not implemented.
 """
 
 from __future__ import annotations
