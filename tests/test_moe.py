@@ -209,3 +209,34 @@ def test_the_coordinate_check_measures_a_mixture_as_one_ffn_per_layer() -> None:
     model(torch.randint(6, 40, (2, 5)))
     assert len(record["ffn"]) == model.cfg.n_layers  # not one per expert (some see no token)
     assert all(math.isfinite(v) for v in record["ffn"])
+
+
+def test_the_bias_moves_once_per_optimizer_step_over_accumulated_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attnlab.train import train
+
+    loads: list[float] = []  # at each bias update
+    forwards: list[float] = []  # assignments of each training forward
+    update, record = MixtureOfExperts.update_bias, MixtureOfExperts._record
+
+    def counted_update(self: MixtureOfExperts) -> None:
+        loads.append(float(self.step_load.sum()))
+        update(self)
+
+    def counted_record(self: MixtureOfExperts, *args: torch.Tensor) -> None:
+        forwards.append(float(args[2].numel()))
+        record(self, *args)
+
+    monkeypatch.setattr(MixtureOfExperts, "update_bias", counted_update)
+    monkeypatch.setattr(MixtureOfExperts, "_record", counted_record)
+    overrides = [
+        "data=copy", "model=decoder_only", "model.d_model=16", "model.n_heads=2",
+        "model.n_layers=1", "model.ffn=moe", "model.moe_top_k=2", "model.moe_bias_rate=0.01",
+        "data.train_size=64", "data.val_size=16", "data.batch_size=4", "trainer.max_steps=3",
+        "trainer.accumulate_grad_batches=2", "trainer.enable_progress_bar=false", "test=false",
+        "callbacks=none", "trainer.val_check_interval=null",
+    ]  # fmt: skip
+    assert train(compose_run(overrides, tmp_path), tmp_path)["status"] == "completed"
+    assert len(forwards) == 6  # two batches a step
+    assert loads == [sum(forwards[i : i + 2]) for i in (0, 2, 4)]
