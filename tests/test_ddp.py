@@ -143,6 +143,24 @@ def test_ddp_trains_a_classifier_that_leaves_parameters_unused(tmp_path: Path) -
 
 
 @pytest.mark.slow
+def test_ddp_trains_a_mixture_of_experts_whose_ranks_agree(tmp_path: Path) -> None:
+    """ffn=moe with more experts than a small batch fills (an expert without tokens still
+    gets a gradient) and a balancing bias updated from the load summed over the ranks."""
+    moe = [
+        "model.ffn=moe", "model.moe_experts=8", "model.moe_top_k=1", "model.moe_shared_experts=1",
+        "model.moe_bias_rate=0.01", "model.d_model=16", "model.n_heads=2", "model.n_layers=1",
+        "data.batch_size=2", "data.max_len=4",
+    ]  # fmt: skip
+    done = train(tmp_path, ["-m", "attnlab.train", *OVERRIDES, *moe])
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(p.read_text()) for p in tmp_path.rglob("param_checksum_rank*.json")]
+    assert len(records) == 2 and records[0]["sha256"] == records[1]["sha256"]
+    (checkpoint,) = tmp_path.rglob("last.ckpt")
+    state = torch.load(checkpoint, weights_only=True)["state_dict"]
+    assert state["model.decoder.layers.0.ffn.balance_bias"].abs().sum() > 0
+
+
+@pytest.mark.slow
 def test_the_final_test_under_ddp_scores_each_example_once(tmp_path: Path) -> None:
     """5 test examples over 2 ranks: 3 + 2, not 3 + 3 with one repeated to even the shares."""
     run_dir = tmp_path / "run"

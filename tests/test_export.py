@@ -259,6 +259,11 @@ def config_with(**values: object) -> ModelConfig:
          "model.embed_norm=true"),  # fmt: skip
         # attnlab's attention hides the keys of pad_id; the exported pad token is <pad>, 0
         ({"pad_id": 7}, "model.pad_id=7"),
+        # a mixture of experts is not mapped onto a Hugging Face MoE class (format=native)
+        ({"ffn": "moe"}, "model.ffn=moe"),
+        ({"pos": "rope", "norm_type": "rmsnorm", "ffn": "moe"}, "model.ffn=moe"),
+        ({"name": "encoder_only", "norm": "post", "embed_norm": True, "ffn": "moe"},
+         "model.ffn=moe"),  # fmt: skip
         ({"name": "encoder_only", "norm": "post", "embed_norm": True, "pad_id": 7},
          "model.pad_id=7"),  # fmt: skip
     ],

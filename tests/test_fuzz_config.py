@@ -147,6 +147,8 @@ def test_every_key_of_every_section_is_fuzzed() -> None:
     ["data=associative_recall", "model=decoder_only", "model.pos=rope", "data.n_pairs=4",
      "data.n_queries=2"],
     ["data=majority", "model=encoder_only", "model.ffn=swiglu", "seed=7"],
+    ["data=majority", "model=encoder_only", "model.ffn=moe", "model.moe_bias_rate=0.01"],
+    ["data=reverse", "model.ffn=moe", "model.moe_top_k=1", "model.moe_shared_experts=1"],
 ])  # fmt: skip
 def test_accepted_configurations_train(args: list[str], tmp_path: Path) -> None:
     """Anchors: configurations the fuzzer accepts train for real (through attnlab-train)."""

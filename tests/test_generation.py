@@ -21,6 +21,8 @@ from attnlab.models import ModelConfig, build_model
 from attnlab.nn.positions import sequence_positions
 from decoding_inputs import FORCED, VOCAB, left_padded_prompts, sources, step_logits
 
+MOE = {"ffn": "moe", "moe_experts": 4, "moe_top_k": 2, "moe_shared_experts": 1}
+
 
 def make(name: str, vocab: int = VOCAB, **overrides: object) -> torch.nn.Module:
     values = dict(name=name, vocab_size=vocab, d_model=32, n_heads=4, n_layers=2, dropout=0.0)
@@ -30,17 +32,18 @@ def make(name: str, vocab: int = VOCAB, **overrides: object) -> torch.nn.Module:
 
 
 CACHE_CASES = [
-    *[("decoder_only", pos, False) for pos in sequence_positions()],
-    *[("decoder_only", pos, True) for pos in sequence_positions()],
-    *[("encoder_decoder", pos, False) for pos in sequence_positions()],
+    *[("decoder_only", pos, False, {}) for pos in sequence_positions()],
+    *[("decoder_only", pos, True, {}) for pos in sequence_positions()],
+    *[("encoder_decoder", pos, False, {}) for pos in sequence_positions()],
+    *[(name, "rope", False, MOE) for name in ("decoder_only", "encoder_decoder")],
 ]
 
 
-@pytest.mark.parametrize("name,pos,prefix_lm", CACHE_CASES)
+@pytest.mark.parametrize("name,pos,prefix_lm,ffn", CACHE_CASES)
 def test_cached_decoding_gives_the_logits_of_full_recomputation(
-    name: str, pos: str, prefix_lm: bool
+    name: str, pos: str, prefix_lm: bool, ffn: dict
 ) -> None:
-    model = make(name, pos=pos, prefix_lm=prefix_lm)
+    model = make(name, pos=pos, prefix_lm=prefix_lm, **ffn)
     inputs = sources() if name == "encoder_decoder" else left_padded_prompts()
     cached = step_logits(model, inputs, use_cache=True)
     recomputed = step_logits(model, inputs, use_cache=False)

@@ -48,6 +48,8 @@ def counted_training_flops(cfg: ModelConfig, src_len: int, tgt_len: int, batch: 
         ("decoder_only", {"ffn": "swiglu"}),
         ("decoder_only", {"ffn": "geglu", "norm": "olmo2"}),
         ("encoder_only", {"ffn": "relu2", "norm_type": "dyt"}),
+        ("decoder_only", {"ffn": "moe", "moe_experts": 4, "moe_shared_experts": 1}),
+        ("encoder_only", {"ffn": "moe", "moe_experts": 3, "moe_top_k": 1, "d_ff": 24}),
         ("encoder_only", {"d_ff": 48}),
         ("encoder_decoder", {"n_decoder_layers": 3}),
         ("encoder_decoder", {"tie_embeddings": False}),

@@ -36,20 +36,30 @@ def _train(run_dir: Path, max_steps: int, *extra: str) -> dict:
     return train(cfg, run_dir)
 
 
+# the variants a resume must restore exactly: name → their overrides
+VARIANTS = {
+    "full": ("model.attention=full",),
+    "sigmoid": ("model.attention=sigmoid",),
+    "differential": ("model.attention=differential",),
+    # a mixture of experts whose balancing bias moves each step: a buffer the resume restores
+    "moe": ("model.ffn=moe", "model.moe_experts=4", "model.moe_bias_rate=0.05"),
+}
+
+
 @pytest.fixture(scope="module", params=["full"])
 def uninterrupted(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[dict, Path]:
-    """The run of ``request.param`` (``model.attention``) with no stop."""
+    """The run of the variant ``request.param`` (a name of ``VARIANTS``) with no stop."""
     run_dir = tmp_path_factory.mktemp("uninterrupted")
-    return _train(run_dir, TOTAL, f"model.attention={request.param}"), run_dir
+    return _train(run_dir, TOTAL, *VARIANTS[request.param]), run_dir
 
 
-def _interrupted(run_dir: Path, stop: int, attention: str = "full") -> dict:
-    first = _train(run_dir, stop, f"model.attention={attention}")
+def _interrupted(run_dir: Path, stop: int, *extra: str) -> dict:
+    first = _train(run_dir, stop, *extra)
     assert first["status"] == "completed"
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
-    return _train(run_dir, TOTAL, f"model.attention={attention}", "ckpt_path=last")
+    return _train(run_dir, TOTAL, "ckpt_path=last", *extra)
 
 
 def _val_losses(run_dir: Path) -> list[float]:
@@ -60,16 +70,17 @@ def _val_losses(run_dir: Path) -> list[float]:
 @pytest.mark.parametrize(
     ("uninterrupted", "stop"),
     [("full", STEPS_PER_EPOCH + 2), ("full", STEPS_PER_EPOCH), ("sigmoid", STEPS_PER_EPOCH + 2),
-     ("differential", STEPS_PER_EPOCH + 2)],
-    ids=["mid-epoch", "epoch-end", "sigmoid-mid-epoch", "differential-mid-epoch"],
+     ("differential", STEPS_PER_EPOCH + 2), ("moe", STEPS_PER_EPOCH + 2)],
+    ids=["mid-epoch", "epoch-end", "sigmoid-mid-epoch", "differential-mid-epoch",
+         "mid-epoch-ffn=moe"],
     indirect=["uninterrupted"],
-)
+)  # fmt: skip
 def test_a_resumed_run_ends_with_the_same_val_loss_as_an_uninterrupted_one(
     uninterrupted: tuple[dict, Path], tmp_path: Path, stop: int, request: pytest.FixtureRequest
 ) -> None:
     reference, reference_dir = uninterrupted
-    attention = request.node.callspec.params["uninterrupted"]
-    resumed = _interrupted(tmp_path, stop, attention)
+    variant = request.node.callspec.params["uninterrupted"]
+    resumed = _interrupted(tmp_path, stop, *VARIANTS[variant])
     assert resumed["status"] == "completed"
     final = reference["metrics"]["val/loss"]
     assert resumed["metrics"]["val/loss"] == pytest.approx(final, abs=1e-6)

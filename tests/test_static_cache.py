@@ -30,11 +30,11 @@ def static_step_logits(model: torch.nn.Module, inputs: torch.Tensor) -> torch.Te
     return torch.stack(logits, dim=1)
 
 
-@pytest.mark.parametrize("name,pos,prefix_lm", CACHE_CASES)
+@pytest.mark.parametrize("name,pos,prefix_lm,ffn", CACHE_CASES)
 def test_static_cache_gives_the_logits_of_full_recomputation(
-    name: str, pos: str, prefix_lm: bool
+    name: str, pos: str, prefix_lm: bool, ffn: dict
 ) -> None:
-    model = make(name, pos=pos, prefix_lm=prefix_lm, max_len=64)
+    model = make(name, pos=pos, prefix_lm=prefix_lm, max_len=64, **ffn)
     inputs = sources() if name == "encoder_decoder" else left_padded_prompts()
     with torch.no_grad():
         static = static_step_logits(model, inputs)

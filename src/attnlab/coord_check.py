@@ -88,13 +88,20 @@ def _hooks(model: nn.Module, record: dict[str, list[float]]) -> list[Any]:
     from attnlab.nn.attention import MultiHeadAttention
     from attnlab.nn.feedforward import FeedForward, SwiGLU
     from attnlab.nn.layers import DecoderLayer, ParallelLayer
+    from attnlab.nn.moe import MixtureOfExperts
 
     kinds = ((TokenEmbedding, "embedding"), (MultiHeadAttention, "attention"),
-             ((FeedForward, SwiGLU), "ffn"), ((DecoderLayer, ParallelLayer), "residual"),
-             (Readout, "logits"))  # fmt: skip
+             ((FeedForward, SwiGLU, MixtureOfExperts), "ffn"),
+             ((DecoderLayer, ParallelLayer), "residual"), (Readout, "logits"))  # fmt: skip
+    experts = {  # a mixture's experts: measured as the mixture's output (one may get no token)
+        id(m) for moe in model.modules() if isinstance(moe, MixtureOfExperts)
+        for m in moe.modules() if m is not moe
+    }  # fmt: skip
     handles = []
     for module in model.modules():
         for cls, name in kinds:
+            if id(module) in experts:
+                continue
             if isinstance(module, cls):
 
                 def hook(_m: nn.Module, _i: Any, out: Tensor, name: str = name) -> None:
@@ -108,8 +115,9 @@ def measure(check: CoordCheck) -> dict[str, Any]:
     """{param: {layer type: [[mean |x| per width] per step]}} averaged over seeds."""
     from attnlab.models import build_model
     from attnlab.models.parametrization import lr_multipliers
+    from attnlab.nn.moe import update_biases
     from attnlab.options import OptimConfig
-    from attnlab.tasks.base import param_groups
+    from attnlab.tasks.base import auxiliary_losses, param_groups
 
     data, vocab = tokens(check)
     configs = model_configs(check, vocab)
@@ -139,9 +147,11 @@ def measure(check: CoordCheck) -> dict[str, Any]:
                         table[name][step][w_index] += sum(values) / len(values) / check.seeds
                     loss = nn.functional.cross_entropy(logits.reshape(-1, vocab),
                                                        rows[:, 1:].reshape(-1))  # fmt: skip
+                    loss = loss + sum(auxiliary_losses(model).values())  # model.ffn=moe's
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     optimizer.step()
+                    update_biases(model)
                 for handle in handles:
                     handle.remove()
         results[param] = table

@@ -54,6 +54,7 @@ def write_summary(run_dir: str | Path, **fields: Any) -> Path:
         "metrics": {k: v for k, v in metrics.items() if v is not None},
         "task": fields.get("task"),
         "params": fields.get("params"),
+        "active_params": fields.get("active_params"),  # per token (a mixture of experts: fewer)
         "tokens_per_sec": fields.get("tokens_per_sec"),
         "tokens": fields.get("tokens"),  # tokens seen in training (perf/tokens at the end)
         "flops": fields.get("flops"),  # training FLOPs spent (perf/flops at the end)

@@ -157,6 +157,7 @@ class RunRecord:
                 self.run_dir, status=result["status"], error=result["error"],
                 overrides=self.overrides, config=self.config, metrics=result["metrics"],
                 task=result.get("task"), params=result.get("params"),
+                active_params=result.get("active_params"),
                 tokens_per_sec=result.get("tokens_per_sec"), tokens=result.get("tokens"),
                 flops=result.get("flops"), startup_s=result.get("startup_s"),
                 wall_s=round(time.perf_counter() - self.started, 3), git_sha=self.git_sha,
@@ -266,6 +267,12 @@ class RunRecord:
         return float(value)
 
 
+def parameters(model: Any) -> str:
+    """The banner's count: all parameters, and those one token uses when fewer (an MoE)."""
+    total, active = model.num_params(), model.num_active_params()
+    return f"{total:,}" if active == total else f"{total:,} ({active:,} active per token)"
+
+
 def use_model(cfg: Any, model: ModelConfig) -> None:
     """Put the checked model's keys in place of the composed ``model`` node, in which a key
     not set is ``???``: what the run prints, logs (W&B, MLflow) and records in summary.json
@@ -327,13 +334,14 @@ def train(
         with stop_at_once():
             trainer = pipeline.build_trainer(cfg, run_dir, callbacks, loggers)
             if banner and trainer.is_global_zero:
-                print(f"parameters:    {task.model.num_params():,}\n"
+                print(f"parameters:    {parameters(task.model)}\n"
                       f"device:        {trainer.strategy.root_device} × {trainer.world_size} "
                       f"({trainer.precision} precision)", flush=True)  # fmt: skip
             if trainer.is_global_zero:
                 datamodule.save_tokenizer(run_dir)
         out = _fit_and_test(cfg, trainer, task, datamodule, resume_from, outcome)
-        out.update(task=datamodule.task, params=task.model.num_params())
+        out.update(task=datamodule.task, params=task.model.num_params(),
+                   active_params=task.model.num_active_params())
         return out
     except Stopped as stop:
         out = {"status": stop.status}

@@ -245,7 +245,9 @@ class ModelSizeInConfig(L.Callback):
         if self.done:
             return
         self.done = True
-        size: dict[str, Any] = {"params": pl_module.model.num_params()}
+        model = pl_module.model
+        size: dict[str, Any] = {"params": model.num_params(),
+                                "active_params": model.num_active_params()}
         try:
             size["flops_per_token"] = flops_per_token(
                 pl_module.model_cfg, *pl_module.sequence_lengths(batch)

@@ -27,6 +27,7 @@ ALL_RUNS = "all runs"
 IGNORED_KEYS = frozenset({
     "seed", "tags", "task_name", "ckpt_path", "run_dir", "resume", "retry_failed", "overwrite",
     "test", "optimized_metric", "command", "git_sha", "overrides", "params", "flops_per_token",
+    "active_params",
 })  # fmt: skip
 IGNORED_PREFIXES = ("hydra.", "hydra/", "logger.", "callbacks.", "paths.", "_",
                     "trainer.enable_", "trainer.log_every_n_steps")  # fmt: skip

@@ -336,6 +336,11 @@ LLAMA_SIGNS = {"norm_type": ("rmsnorm",), "pos": ("rope",), "ffn": tuple(GATES)}
 
 def choose_mapping(cfg: ModelConfig, task: str) -> type[Mapping]:
     """The mapping that computes this model exactly, or a ConfigError naming the option."""
+    if cfg.get("ffn") == "moe":  # Mixtral's, Qwen2-MoE's, DeepSeek-V3's routers are not mapped
+        raise ConfigError(
+            "format=hf: model.ffn=moe (a mixture of experts) has no exact Hugging Face "
+            "equivalent here; use format=native"
+        )
     if cfg.name == "encoder_only":
         return _checked(BertMapping, cfg)
     if cfg.name != "decoder_only":

@@ -3,10 +3,11 @@
 Multiply-add = 2 FLOPs. Per layer and token: W_Q, W_K, W_V, W_O (2·4·d², less with
 grouped-query attention, whose W_K and W_V have n_kv_heads·d_head rows), the scores
 QKᵀ and the weighted sum AV over the keys the query attends (2·2·keys·d), the feed-forward
-network (2·2·d·d_ff, or 3 matrices for a gated unit: SwiGLU, GEGLU); a decoder layer with
-cross-attention adds W_Q, W_O per query, the scores over the memory, and W_K, W_V once per
-memory token. For a decoder-only model with d_ff = 4·d_model this is PaLM's 6·N + 12·L·d·T
-per token for training (Chowdhery et al. 2022, App. B).
+network (2·2·d·d_ff, or 3 matrices for a gated unit: SwiGLU, GEGLU; a mixture of experts:
+its router and the k routed and the shared experts a token runs, :func:`moe_flops`); a
+decoder layer with cross-attention adds W_Q, W_O per query, the scores over the memory, and
+W_K, W_V once per memory token. For a decoder-only model with d_ff = 4·d_model this is
+PaLM's 6·N + 12·L·d·T per token for training (Chowdhery et al. 2022, App. B).
 
 Attention counts the work the model needs, not what a kernel happens to compute —
 model FLOPs, as MFU counts them (PaLM, App. B) — per ``model.attention``:
@@ -44,8 +45,17 @@ _MASK_ELEMENTS = 2**22  # mask entries built at a time when counting a pattern's
 def ffn_flops(cfg: ModelConfig) -> int:
     """Forward FLOPs of the feed-forward network per token (its matrices; activations,
     norms and the gate's product are elementwise and not counted, as PaLM's App. B)."""
+    if cfg.ffn == "moe":
+        return moe_flops(cfg)
     matrices = 3 if cfg.component("ffn").gated else 2
     return 2 * matrices * cfg.d_model * cfg.ff_dim
+
+
+def moe_flops(cfg: ModelConfig) -> int:
+    """A mixture of experts per token: the router (2·d·E) and the SwiGLUs it runs, its k
+    experts and the shared ones (2·3·d·d_ff each): active parameters only, as MFU counts."""
+    experts = cfg.moe_top_k + cfg.moe_shared_experts
+    return 2 * cfg.d_model * cfg.moe_experts + experts * 2 * 3 * cfg.d_model * cfg.ff_dim
 
 
 def attended_pairs(cfg: ModelConfig, length: int, causal: bool) -> int:

@@ -95,6 +95,13 @@ class Architecture(nn.Module):
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    def num_active_params(self) -> int:
+        """The parameters one token uses: all but the experts a mixture of experts does not
+        route it to (``model.ffn=moe``)."""
+        from attnlab.nn.moe import inactive_params
+
+        return self.num_params() - inactive_params(self)
+
 
 ARCHITECTURES: Registry[type[Architecture]] = Registry("model")
 

@@ -20,6 +20,7 @@ from attnlab.errors import ConfigError
 from attnlab.inference.generation import DecodeConfig
 from attnlab.models import Architecture, ModelConfig, build_model
 from attnlab.models.parametrization import lr_multipliers
+from attnlab.nn.moe import routing_statistics, update_biases
 from attnlab.options import SCHEDULES, OptimConfig, TaskConfig
 
 __all__ = ["SCHEDULES", "OptimConfig", "TaskConfig", "Task", "lr_multiplier"]
@@ -93,6 +94,20 @@ def param_groups(
     return out
 
 
+def auxiliary_losses(model: nn.Module) -> dict[str, Tensor]:
+    """The losses a model's modules add to the task's: each module's ``aux_losses`` of its
+    last training forward (a mixture of experts' balancing and z-losses, :mod:`attnlab.nn.moe`),
+    summed by name over the modules, then cleared so that none is counted twice."""
+    total: dict[str, Tensor] = {}
+    for module in model.modules():
+        losses = getattr(module, "aux_losses", None)
+        if losses:
+            for name, value in losses.items():
+                total[name] = total[name] + value if name in total else value
+            module.aux_losses = {}
+    return total
+
+
 def attached_trainer(module: L.LightningModule) -> L.Trainer | None:
     """The Trainer ``module`` is attached to, or None (Lightning's ``module.trainer`` raises
     then: a module used on its own, as in unit tests)."""
@@ -155,10 +170,28 @@ class Task(L.LightningModule):
         ``self.log`` (about 0.6 ms a call on a CPU): the logged series is the same, and the
         progress bar's loss is the one of the last logged step.
         """
+        if self._logs_this_step():
+            self.log("train/loss", loss, prog_bar=True, batch_size=batch_size)
+
+    def with_auxiliary_losses(self, loss: Tensor, batch_size: int) -> Tensor:
+        """The loss to optimise: the task's ``loss`` plus the model's auxiliary losses of this
+        forward (:func:`auxiliary_losses`), each logged as ``train/<name>`` with the routing
+        statistics of a mixture of experts, on the steps ``train/loss`` is logged."""
+        extra = auxiliary_losses(self.model)
+        if self._logs_this_step():
+            for name, value in {**extra, **routing_statistics(self.model)}.items():
+                self.log(f"train/{name}", value, batch_size=batch_size)
+        return loss + sum(extra.values()) if extra else loss
+
+    def _logs_this_step(self) -> bool:
         trainer = attached_trainer(self)  # none: log as Lightning would
-        if trainer is not None and not logs_this_step(trainer):
-            return
-        self.log("train/loss", loss, prog_bar=True, batch_size=batch_size)
+        return trainer is None or logs_this_step(trainer)
+
+    def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+        """Lightning's step, then each MoE layer's balancing bias from the load of that step
+        (DeepSeek-V3, §2.1.2): once per optimizer step, after every accumulated batch."""
+        super().optimizer_step(*args, **kwargs)
+        update_biases(self.model)
 
     def loss(self, logits: Tensor, labels: Tensor, smoothing: float | None = None) -> Tensor:
         """Cross-entropy over positions whose label is not -100, with label smoothing (§5.4)."""

@@ -61,7 +61,7 @@ class ClassificationTask(Task):
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         loss = self.loss(self(batch[self.input_key]), batch["labels"])
         self.log_train_loss(loss, batch["labels"].size(0))
-        return loss
+        return self.with_auxiliary_losses(loss, batch["labels"].size(0))
 
     def _evaluate(self, batch: dict[str, Tensor], stage: str) -> None:
         logits = self(batch[self.input_key])

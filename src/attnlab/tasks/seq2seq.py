@@ -164,7 +164,7 @@ class Seq2SeqTask(Task):
         logits, labels = self(batch["src"], batch["tgt"])
         loss = self.loss(logits, labels)
         self.log_train_loss(loss, batch["src"].size(0))
-        return loss
+        return self.with_auxiliary_losses(loss, batch["src"].size(0))
 
     @torch.no_grad()
     def translate(self, src: Tensor) -> Tensor:
