@@ -184,6 +184,11 @@ def at_least_zero(key: str, value: Any) -> None:
         raise ConfigError(f"model.{key}={value} must be an integer >= 0")
 
 
+def positive_number_or_null(key: str, value: Any) -> None:
+    if value is not None and not float(value) > 0.0:
+        raise ConfigError(f"model.{key}={value} must be a number > 0, or null (off)")
+
+
 def probability(key: str, value: Any) -> None:
     if not 0.0 <= float(value) < 1.0:
         raise ConfigError(f"model.{key}={value} must be in [0, 1)")

@@ -1,0 +1,121 @@
+"""The training-stability keys, each against a hand computation.
+
+``model.attn_softcap``: softmax(c·tanh(QKᵀ/(√d·c)) + M)V (Gemma 2, §2 "logit soft-capping")
+on every path that computes a softmax over the keys, and refused where none can cap.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from attnlab.errors import ConfigError
+from attnlab.models import ModelConfig, build_model
+from attnlab.nn import flex
+from attnlab.nn.attention import AttentionInputs, MultiHeadAttention
+from attnlab.nn.attention_kinds import ATTENTION_KINDS
+from attnlab.nn.kernels import soft_cap
+
+D, H = 16, 2
+
+
+def test_soft_cap_is_c_tanh_of_the_logits_over_c() -> None:
+    x = torch.tensor([-1000.0, -50.0, -1.0, 0.0, 0.5, 50.0, 1000.0], dtype=torch.float64)
+    by_hand = torch.tensor([50 * math.tanh(v / 50) for v in x.tolist()], dtype=torch.float64)
+    torch.testing.assert_close(soft_cap(x, 50.0), by_hand)
+    assert soft_cap(x, 50.0).abs().max() <= 50.0  # bounded by c
+    assert abs(soft_cap(torch.tensor(0.5), 50.0).item() - 0.5) < 1e-4  # ≈ x for |x| ≪ c
+
+
+def capped_by_hand(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cap: float,
+                   visible: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """softmax(c·tanh(q·k/(√d·c)), masked) v, one (batch, head, query) at a time."""
+    out = torch.zeros_like(q)
+    for b, h, i in torch.cartesian_prod(*(torch.arange(n) for n in q.shape[:3])).tolist():
+        logits = [cap * math.tanh(float(q[b, h, i] @ k[b, h, j]) / math.sqrt(q.size(-1)) / cap)
+                  if visible[i, j] else -math.inf for j in range(k.size(2))]  # fmt: skip
+        weights = torch.softmax(torch.tensor(logits, dtype=q.dtype), dim=0)
+        out[b, h, i] = weights @ v[b, h]
+    return out
+
+
+def attention(impl: str, cap: float | None, kind: str = "full", causal: bool = True) -> tuple:
+    cfg = ModelConfig(d_model=D, n_heads=H, window=3, attn_block=4, attention=kind)
+    built = None if kind == "full" else ATTENTION_KINDS.get(kind)(cfg, causal)
+    torch.manual_seed(0)
+    return MultiHeadAttention(D, H, impl=impl, kind=built, softcap=cap).double().eval(), built
+
+
+def heads_of(layer: MultiHeadAttention, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    B, T, _ = x.shape
+    return tuple(t.view(B, T, H, D // H).transpose(1, 2)
+                 for t in layer.in_proj(x).split(layer.split_sizes, dim=-1))  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["full", "sliding_window"])
+@pytest.mark.parametrize("impl", ["math", "flex", "sdpa"])
+def test_capped_attention_is_the_softmax_of_the_capped_logits(impl: str, kind: str) -> None:
+    """Every kernel a capped layer can take (the layer itself is built by any impl; the
+    config refuses sdpa) computes the capped logits: the written-out softmax, or the
+    blocked kind's fallback to it, or FlexAttention's score_mod (forward, on a CPU)."""
+    if impl == "flex" and not flex.available():
+        pytest.skip("torch without FlexAttention")
+    cap = 0.5  # far below the logits here: capping changes the output
+    layer, built = attention(impl, cap, kind)
+    x = torch.randn(2, 7, D, dtype=torch.float64) * 4
+    T = x.size(1)
+    visible = torch.ones(T, T).tril().bool() if built is None else built.mask(T, T)
+    inputs = AttentionInputs(is_causal=True) if built is None else AttentionInputs()
+    with torch.no_grad():
+        by_hand = capped_by_hand(*heads_of(layer, x), cap, visible)
+        got = layer(x, inputs)
+        expected = layer.out_proj(by_hand.transpose(1, 2).reshape(2, T, D))
+        uncapped = attention(impl, None, kind)[0](x, inputs)
+    torch.testing.assert_close(got, expected)
+    assert not torch.allclose(got, uncapped, atol=1e-3)  # the cap was not dropped
+
+
+def test_flex_score_mod_caps_each_score() -> None:
+    score = torch.tensor([-80.0, -3.0, 0.0, 2.0, 120.0])
+    zero = torch.tensor(0)
+    capped = flex.soft_cap_mod(30.0)(score, zero, zero, zero, zero)
+    torch.testing.assert_close(capped, 30.0 * torch.tanh(score / 30.0))
+
+
+@pytest.mark.skipif(not flex.available(), reason="torch without FlexAttention")
+def test_flex_attention_with_the_score_mod_equals_the_capped_reference() -> None:
+    cfg = ModelConfig(d_model=D, n_heads=H, window=16, attn_block=8)
+    kind = ATTENTION_KINDS.get("sliding_window")(cfg, True)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, H, 70, 8, generator=g) * 3 for _ in range(3))
+    visible = kind.mask(70, 70)
+    with torch.no_grad():
+        got = flex.flex_attend(kind, q, k, v, softcap=2.0)
+    from attnlab.nn.kernels import math_attention
+
+    expected = math_attention(q, k, v, visible, softcap=2.0)[0]
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def model_config(**values: object) -> ModelConfig:
+    return ModelConfig.from_dict({"name": "decoder_only", "vocab_size": 20, "d_model": D,
+                                  "n_heads": H, **values})  # fmt: skip
+
+
+@pytest.mark.parametrize(("values", "named"), [
+    ({"attn_softcap": 50.0}, "model.attn_softcap=50.0 applies to model.attn_impl=flex, math"),
+    ({"attn_impl": "math", "attn_softcap": 50.0, "attention": "linear"},
+     "model.attention=linear does not compute"),
+    ({"attn_impl": "math", "attn_softcap": 0.0}, "must be a number > 0"),
+])  # fmt: skip
+def test_attn_softcap_is_refused_where_nothing_caps_it(values: dict, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        model_config(**values)
+
+
+def test_attn_softcap_reaches_every_attention_layer() -> None:
+    model = build_model(model_config(name="encoder_decoder", attn_impl="flex", attn_softcap=7.0))
+    layers = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    assert len(layers) == 6 and all(layer.kernel.softcap == 7.0 for layer in layers)
