@@ -103,6 +103,10 @@ CONFIG_CASES: dict[str, tuple[list[str], str]] = {
         "model.attn_impl=flex has no backward pass on CPU",
     ),  # fmt: skip
     "attn_softcap_on_sdpa": (["model.attn_softcap=50"], "model.attn_softcap=50 applies to"),
+    "final_softcap_on_classification": (
+        ["model=decoder_only", "data=majority", "model.final_softcap=30"],
+        "model.final_softcap=30 applies to lm or seq2seq data",
+    ),  # fmt: skip
     "vit_on_tokens": (["model=vit", "data=reverse"], "model=vit does not fit a seq2seq"),
     "accelerator_typo": (["trainer.accelerator=tpu_typo"], "trainer.accelerator=tpu_typo"),
     "gpu_on_a_cpu_machine": (["trainer=gpu"], "trainer.accelerator=gpu asks for a device"),

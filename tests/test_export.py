@@ -243,6 +243,13 @@ def config_with(**values: object) -> ModelConfig:
         ({"pad_id": 7}, "model.pad_id=7"),
         ({"name": "encoder_only", "norm": "post", "embed_norm": True, "pad_id": 7},
          "model.pad_id=7"),  # fmt: skip
+        # Gemma 2's soft-capping: GPT-2, Llama and BERT compute uncapped logits
+        ({"final_softcap": 30.0}, "model.final_softcap=30.0"),
+        ({"attn_impl": "math", "attn_softcap": 50.0}, "model.attn_softcap=50.0"),
+        ({"pos": "rope", "norm_type": "rmsnorm", "ffn": "swiglu", "final_softcap": 30.0},
+         "model.final_softcap=30.0"),  # fmt: skip
+        ({"name": "encoder_only", "norm": "post", "embed_norm": True, "attn_impl": "flex",
+          "attn_softcap": 50.0}, "model.attn_softcap=50.0"),  # fmt: skip
     ],
 )
 def test_options_without_an_equivalent_are_refused_by_name(values: dict, named: str) -> None:

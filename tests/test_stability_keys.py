@@ -119,3 +119,36 @@ def test_attn_softcap_reaches_every_attention_layer() -> None:
     model = build_model(model_config(name="encoder_decoder", attn_impl="flex", attn_softcap=7.0))
     layers = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
     assert len(layers) == 6 and all(layer.kernel.softcap == 7.0 for layer in layers)
+
+
+# model.final_softcap -------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["decoder_only", "encoder_only", "encoder_decoder"])
+def test_final_softcap_caps_the_lm_heads_logits(name: str) -> None:
+    torch.manual_seed(0)
+    plain = build_model(model_config(name=name)).eval()
+    capped = build_model(model_config(name=name, final_softcap=0.3)).eval()
+    capped.load_state_dict(plain.state_dict())
+    tokens = torch.randint(4, 20, (2, 6))
+    args = (tokens, tokens) if name == "encoder_decoder" else (tokens,)
+    with torch.no_grad():
+        logits = plain(*args)
+        torch.testing.assert_close(capped(*args), 0.3 * torch.tanh(logits / 0.3))
+    assert logits.abs().max() > 0.3  # the cap changed something
+
+
+def test_generation_reads_the_capped_logits() -> None:
+    from decoding_inputs import left_padded_prompts, step_logits
+
+    model = build_model(model_config(final_softcap=0.05)).eval()
+    logits = step_logits(model, left_padded_prompts(), use_cache=True)
+    assert logits.abs().max() <= 0.05
+
+
+@pytest.mark.parametrize(("values", "named"), [
+    ({"name": "vit", "final_softcap": 30.0}, "model.final_softcap=30.0 applies to"),
+    ({"name": "rnn", "final_softcap": 30.0}, "model.final_softcap=30.0 applies to"),
+    ({"name": "decoder_only", "final_softcap": -3.0}, "must be a number > 0"),
+])  # fmt: skip
+def test_final_softcap_is_refused_without_an_lm_head(values: dict, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        ModelConfig.from_dict(values)

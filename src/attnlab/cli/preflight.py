@@ -33,7 +33,7 @@ def check_before_run(cfg: dict[str, Any], model: Any, this_machine: bool = False
 
 
 # keys that a model reads for some tasks only, and those tasks
-TASK_KEYS = {"pool": ("classification", "image_classification")}
+TASK_KEYS = {"pool": ("classification", "image_classification"), "final_softcap": ("lm", "seq2seq")}
 
 
 def check_architecture_serves_data(given: dict[str, Any], model: Any, data: dict[str, Any]) -> None:

@@ -41,6 +41,8 @@ from attnlab.model_config import ModelConfig
 from attnlab.special_tokens import BOS, EOS, PAD
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new"}  # transformers' ACT2FN
+# Gemma 2's logit soft-capping (attention and final): GPT-2, Llama and BERT have none
+NO_SOFTCAP: dict[str, tuple[Any, ...]] = {"attn_softcap": (None,), "final_softcap": (None,)}
 
 
 class Mapping:
@@ -54,7 +56,7 @@ class Mapping:
     def mismatch(cls, cfg: ModelConfig) -> str | None:
         """The first ``model.key=value`` this class cannot compute, or None."""
         for key, allowed in cls.needs.items():
-            value = getattr(cfg, key)
+            value = cfg.get(key)  # a key the model does not read: its component is absent
             if value not in allowed:
                 shown = " or ".join(_shown(v) for v in allowed)
                 return f"model.{key}={_shown(value)} (it needs {shown})"
@@ -129,7 +131,7 @@ class GPT2Mapping(Mapping):
         "name": ("decoder_only",), "norm": ("pre",), "norm_type": ("layernorm",),
         "pos": ("learned",), "ffn": tuple(ACTIVATIONS), "attention": ("full",),
         "block": ("sequential",), "qk_norm": (False,), "prefix_lm": (False,),
-        "embed_norm": (False,), "pad_id": (PAD,),
+        "embed_norm": (False,), "pad_id": (PAD,), **NO_SOFTCAP,
     }  # fmt: skip
 
     def config(self) -> dict[str, Any]:
@@ -183,7 +185,7 @@ class LlamaMapping(Mapping):
         "name": ("decoder_only",), "norm": ("pre",), "norm_type": ("rmsnorm",),
         "pos": ("rope",), "ffn": ("swiglu",), "attention": ("full",),
         "block": ("sequential",), "qk_norm": (False,), "prefix_lm": (False,),
-        "embed_norm": (False,), "pad_id": (PAD,),
+        "embed_norm": (False,), "pad_id": (PAD,), **NO_SOFTCAP,
     }  # fmt: skip
     grouped_kv = True
 
@@ -272,6 +274,7 @@ class BertMapping(Mapping):
         "name": ("encoder_only",), "norm": ("post",), "norm_type": ("layernorm",),
         "pos": ("learned",), "ffn": tuple(ACTIVATIONS), "attention": ("full",),
         "block": ("sequential",), "qk_norm": (False,), "embed_norm": (True,), "pad_id": (PAD,),
+        **NO_SOFTCAP,
     }  # fmt: skip
 
     def __init__(self, model: Any) -> None:

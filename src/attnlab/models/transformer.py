@@ -38,6 +38,7 @@ class TransformerModel(Architecture):
         super().__init__(cfg, task)
         self.embedding = TokenEmbedding(cfg.vocab_size, cfg.d_model, cfg.scale_embeddings)
         self.lm_head = Readout(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head.softcap = cfg.get("final_softcap")
 
     def _finish(self, n_layers: int, depths: dict[str, StackDepth]) -> None:
         """Initialise (``model.init``, then the residual scheme's own step per stack) and tie."""
