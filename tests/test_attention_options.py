@@ -184,9 +184,10 @@ def test_gqa_shrinks_the_counted_projection_flops() -> None:
     ["model=encoder_only", "model.block=parallel", "model.qk_norm=true"],
     ["model=decoder_only", "model.attn_impl=math", "model.attn_softcap=50"],
     ["model=encoder_decoder", "model.final_softcap=30", "data=reverse"],
+    ["model=decoder_only", "task.z_loss=1e-4", "data=reverse"],
 ])  # fmt: skip
 def test_the_options_train_through_the_configs(overrides: list[str], tmp_path) -> None:
-    result = train_fast([*overrides, "data=majority"], tmp_path)
+    result = train_fast(["data=majority", *overrides], tmp_path)  # an override's data wins
     assert result["status"] == "completed"
     assert math.isfinite(result["metrics"]["test/loss"])
 

@@ -107,6 +107,10 @@ CONFIG_CASES: dict[str, tuple[list[str], str]] = {
         ["model=decoder_only", "data=majority", "model.final_softcap=30"],
         "model.final_softcap=30 applies to lm or seq2seq data",
     ),  # fmt: skip
+    "z_loss_on_classification": (
+        ["model=decoder_only", "data=majority", "task.z_loss=1e-4"],
+        "task.z_loss=0.0001 is PaLM's loss",
+    ),  # fmt: skip
     "vit_on_tokens": (["model=vit", "data=reverse"], "model=vit does not fit a seq2seq"),
     "accelerator_typo": (["trainer.accelerator=tpu_typo"], "trainer.accelerator=tpu_typo"),
     "gpu_on_a_cpu_machine": (["trainer=gpu"], "trainer.accelerator=gpu asks for a device"),

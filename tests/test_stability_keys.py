@@ -152,3 +152,51 @@ def test_generation_reads_the_capped_logits() -> None:
 def test_final_softcap_is_refused_without_an_lm_head(values: dict, named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         ModelConfig.from_dict(values)
+
+
+# task.z_loss ---------------------------------------------------------------------------------
+def test_z_loss_is_the_mean_square_log_normaliser_over_real_labels() -> None:
+    from attnlab.tasks.base import z_loss
+
+    logits = torch.tensor([[[1.0, 2.0, 3.0], [0.0, 0.0, 0.0], [5.0, -1.0, 2.0]]])
+    labels = torch.tensor([[2, -100, 0]])  # the middle position is ignored
+    log_z = [math.log(sum(math.exp(v) for v in row)) for row in ([1, 2, 3], [5, -1, 2])]
+    by_hand = (log_z[0] ** 2 + log_z[1] ** 2) / 2
+    assert z_loss(logits, labels).item() == pytest.approx(by_hand, rel=1e-6)
+
+
+def test_the_training_objective_adds_z_loss_and_logs_it_apart() -> None:
+    from attnlab.tasks.language_modeling import LanguageModelTask
+
+    model = {"name": "decoder_only", "vocab_size": 20, "d_model": D, "n_heads": H}
+    task = LanguageModelTask(model=model, task={"z_loss": 0.5})
+    logged: dict[str, float] = {}
+    task.log = lambda name, value, **kw: logged.__setitem__(name, float(value))  # type: ignore[method-assign]
+    logits = torch.randn(2, 5, 20) * 3
+    labels = torch.randint(0, 20, (2, 5))
+    objective = task.training_loss(logits, labels, 2)
+    cross_entropy = torch.nn.functional.cross_entropy(logits.reshape(-1, 20), labels.reshape(-1))
+    log_z = torch.logsumexp(logits, -1)
+    assert logged["train/loss"] == pytest.approx(cross_entropy.item(), rel=1e-6)
+    assert logged["train/z_loss"] == pytest.approx(0.5 * log_z.square().mean().item(), rel=1e-5)
+    assert objective.item() == pytest.approx(logged["train/loss"] + logged["train/z_loss"])
+
+
+def test_a_negative_z_loss_is_refused() -> None:
+    from attnlab.options import TaskConfig
+
+    with pytest.raises(ConfigError, match="task.z_loss"):
+        TaskConfig(z_loss=-1e-4)
+
+
+def test_z_loss_on_a_classification_task_is_refused() -> None:
+    from attnlab.tasks.classification import ClassificationTask
+
+    model = {"name": "encoder_only", "vocab_size": 20, "d_model": D, "n_heads": H}
+    with pytest.raises(ConfigError, match="task.z_loss=0.0001 .* this task is classification"):
+        ClassificationTask(model=model, task={"z_loss": 1e-4}, num_classes=3)
+
+
+def test_final_softcap_on_a_classification_model_is_refused() -> None:
+    with pytest.raises(ConfigError, match="model.final_softcap=30.0 applies to lm or seq2seq"):
+        build_model(model_config(final_softcap=30.0), "classification")

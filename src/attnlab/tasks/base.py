@@ -111,6 +111,15 @@ def is_fsdp(module: Any) -> bool:
     return isinstance(module, FullyShardedDataParallel)
 
 
+def z_loss(logits: Tensor, labels: Tensor) -> Tensor:
+    """mean of log²Z over the positions whose label is not -100, Z = Σ_v exp(logit_v) the
+    softmax's normaliser: "an auxiliary loss of z_loss = 10⁻⁴ · log² Z to encourage the
+    softmax normalizer log(Z) to be close to 0" (Chowdhery et al. 2022, PaLM, §5)."""
+    log_z = torch.logsumexp(logits.float(), dim=-1)  # (…,)
+    real = labels != -100
+    return (log_z.square() * real).sum() / real.sum().clamp(min=1)
+
+
 class Task(L.LightningModule):
     """Base LightningModule: builds the model from ``model`` and owns the optimiser."""
 
@@ -135,6 +144,10 @@ class Task(L.LightningModule):
         self.model_cfg = model_config or ModelConfig.from_dict(dict(model), strict=False)
         self.optim_cfg = OptimConfig(**(optim or {}))
         self.task_cfg = TaskConfig(**(task or {}))
+        if self.task_cfg.z_loss and self.kind not in ("lm", "seq2seq"):  # never dropped silently
+            raise ConfigError(f"task.z_loss={self.task_cfg.z_loss} is PaLM's loss on a language "
+                              f"model's output softmax, and this task is {self.kind}; set "
+                              "task.z_loss=0")  # fmt: skip
         self.decode_cfg = DecodeConfig(**(decode or {}))
         self.seed = seed
         self.model: Architecture = (
@@ -159,6 +172,20 @@ class Task(L.LightningModule):
         if trainer is not None and not logs_this_step(trainer):
             return
         self.log("train/loss", loss, prog_bar=True, batch_size=batch_size)
+
+    def training_loss(self, logits: Tensor, labels: Tensor, batch_size: int) -> Tensor:
+        """The step's objective: the cross-entropy, logged as ``train/loss``, plus, with
+        ``task.z_loss`` α, PaLM's auxiliary α·log²Z (:func:`z_loss`), logged apart as
+        ``train/z_loss`` so that ``train/loss`` stays comparable across runs."""
+        loss = self.loss(logits, labels)
+        self.log_train_loss(loss, batch_size)
+        if not self.task_cfg.z_loss:
+            return loss
+        term = self.task_cfg.z_loss * z_loss(logits, labels)
+        trainer = attached_trainer(self)
+        if trainer is None or logs_this_step(trainer):
+            self.log("train/z_loss", term, batch_size=batch_size)
+        return loss + term
 
     def loss(self, logits: Tensor, labels: Tensor, smoothing: float | None = None) -> Tensor:
         """Cross-entropy over positions whose label is not -100, with label smoothing (§5.4)."""
