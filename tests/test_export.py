@@ -61,6 +61,8 @@ RUNS = {
     "llama": [*LLAMA_BLOCK, "model.n_kv_heads=2", "data.tokenizer=bpe", "data.vocab_size=300"],
     # no biases: attention_bias false, no bias tensors in the file
     "llama_nobias": [*LLAMA_BLOCK, "model.bias=false"],
+    # Llama 3's RoPE base: config.json's rope_theta
+    "llama_theta": [*LLAMA_BLOCK, "model.rope_theta=500000"],
     # a masked LM in BERT's layout: Post-LN, learned positions, the embedding norm
     "bert": ["model=encoder_only", "model.norm=post", "model.pos=learned", "model.ffn=gelu",
              "model.embed_norm=true", "model.d_model=32", "model.n_heads=4"],  # fmt: skip
@@ -141,6 +143,7 @@ def hf_results(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) 
                                            ("gpt2_nobias", "GPT2LMHeadModel"),
                                            ("llama", "LlamaForCausalLM"),
                                            ("llama_nobias", "LlamaForCausalLM"),
+                                           ("llama_theta", "LlamaForCausalLM"),
                                            ("bert", "BertModel")])  # fmt: skip
 def test_transformers_computes_the_same_outputs_and_greedy_continuation(
     hf_results: dict, name: str, hf_class: str
@@ -244,6 +247,9 @@ def config_with(**values: object) -> ModelConfig:
         ({"name": "encoder_only", "norm": "post", "embed_norm": True, "pad_id": 7},
          "model.pad_id=7"),  # fmt: skip
         # Gemma 2's soft-capping: GPT-2, Llama and BERT compute uncapped logits
+        # partial rotary (GPT-NeoX's rotary_pct): Llama rotates every feature of a head
+        ({"pos": "rope", "norm_type": "rmsnorm", "ffn": "swiglu", "rotary_fraction": 0.5},
+         "model.rotary_fraction=0.5"),  # fmt: skip
         ({"final_softcap": 30.0}, "model.final_softcap=30.0"),
         ({"attn_impl": "math", "attn_softcap": 50.0}, "model.attn_softcap=50.0"),
         ({"pos": "rope", "norm_type": "rmsnorm", "ffn": "swiglu", "final_softcap": 30.0},

@@ -200,3 +200,101 @@ def test_z_loss_on_a_classification_task_is_refused() -> None:
 def test_final_softcap_on_a_classification_model_is_refused() -> None:
     with pytest.raises(ConfigError, match="model.final_softcap=30.0 applies to lm or seq2seq"):
         build_model(model_config(final_softcap=30.0), "classification")
+
+
+# model.rope_theta, model.rotary_fraction -----------------------------------------------------
+def rotated_by_hand(x: torch.Tensor, theta: float, rotated: int) -> torch.Tensor:
+    """Pair (x_2i, x_2i+1) of the first ``rotated`` features of position m turned by
+    m·theta^(−2i/rotated) (RoFormer eq. 34); the other features as they were."""
+    out = x.clone()
+    for m in range(x.size(-2)):
+        for i in range(rotated // 2):
+            angle = m * theta ** (-2 * i / rotated)
+            a, b = x[..., m, 2 * i], x[..., m, 2 * i + 1]
+            out[..., m, 2 * i] = a * math.cos(angle) - b * math.sin(angle)
+            out[..., m, 2 * i + 1] = a * math.sin(angle) + b * math.cos(angle)
+    return out
+
+
+@pytest.mark.parametrize(("theta", "fraction", "rotated"),
+                         [(10000.0, 1.0, 8), (500.0, 1.0, 8), (10000.0, 0.25, 2),
+                          (1e6, 0.5, 4)])  # fmt: skip
+def test_rope_rotates_the_first_fraction_of_each_head_by_m_theta_i(
+    theta: float, fraction: float, rotated: int
+) -> None:
+    from attnlab.nn.positions import RotaryPositions, apply_rotary
+
+    rope = RotaryPositions(D, H, 64, causal=True, theta=theta, fraction=fraction)
+    x = torch.randn(1, H, 6, D // H, dtype=torch.float64)
+    cos, sin = rope.rotary(torch.arange(6))
+    got = apply_rotary(x, cos.double(), sin.double())
+    torch.testing.assert_close(got, rotated_by_hand(x, theta, rotated), atol=1e-6, rtol=1e-6)
+
+
+def test_the_default_rope_is_roformers_base_10000_over_every_feature() -> None:
+    torch.manual_seed(0)
+    default = build_model(model_config(pos="rope")).eval()
+    explicit = build_model(model_config(pos="rope", rope_theta=10000, rotary_fraction=1.0)).eval()
+    explicit.load_state_dict(default.state_dict())
+    tokens = torch.randint(4, 20, (2, 9))
+    with torch.no_grad():
+        assert torch.equal(default(tokens), explicit(tokens))
+
+
+@pytest.mark.parametrize(("values", "named"), [
+    ({"rope_theta": 500000.0}, "model.rope_theta=500000.0 applies to model.pos=rope"),
+    ({"rotary_fraction": 0.5}, "model.rotary_fraction=0.5 applies to model.pos=rope"),
+    ({"pos": "rope", "rope_theta": 0}, "must be a number > 0"),
+    ({"pos": "rope", "rotary_fraction": 0.0}, r"must be in \(0, 1\]"),
+    ({"pos": "rope", "rotary_fraction": 0.4}, "= 3 features of each head, and RoPE rotates"),
+])  # fmt: skip
+def test_rope_keys_are_refused_without_rope_or_out_of_range(values: dict, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        model_config(**values)
+
+
+NEOX = """
+import json, sys, torch
+from transformers import GPTNeoXConfig
+from transformers.models.gpt_neox.modeling_gpt_neox import (
+    GPTNeoXRotaryEmbedding, apply_rotary_pos_emb)
+case = json.loads(sys.argv[1])
+config = GPTNeoXConfig(hidden_size=case["d"], num_attention_heads=case["h"],
+                       rotary_pct=case["fraction"], rotary_emb_base=case["theta"])
+x = torch.tensor(case["x"], dtype=torch.float64)
+cos, sin = GPTNeoXRotaryEmbedding(config)(x, torch.arange(x.size(2))[None])
+print(json.dumps(apply_rotary_pos_emb(x, x, cos.double(), sin.double())[0].tolist()))
+"""
+
+
+@pytest.mark.slow  # ~10 s: a process that imports transformers
+def test_rope_equals_gpt_neox_rotary_with_its_base_and_rotary_pct() -> None:
+    """GPT-NeoX rotates the halves (x_i, x_i+r/2) of its first r features, attnlab the
+    pairs (x_2i, x_2i+1): the same rotation once the first r features are reordered
+    (0, 2, 4, …, 1, 3, 5, …)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from attnlab.nn.positions import RotaryPositions, apply_rotary
+
+    parity = Path(os.environ.get("ATTNLAB_HF_PARITY",
+                                 Path(__file__).parents[1] / ".venv" / "hf-parity"))  # fmt: skip
+    if not (parity / "transformers").is_dir():
+        pytest.skip(f"transformers for the parity tests not found at {parity}; run make setup")
+    d, h, d_head, theta, fraction = 64, 2, 32, 500.0, 0.25  # one process: transformers loads slowly
+    rope = RotaryPositions(d, h, 64, causal=True, theta=theta, fraction=fraction)
+    r = rope.rotated
+    x = torch.randn(1, h, 7, d_head, dtype=torch.float64)
+    halves = torch.cat([torch.arange(0, r, 2), torch.arange(1, r, 2), torch.arange(r, d_head)])
+    case = {"d": d, "h": h, "theta": theta, "fraction": fraction, "x": x[..., halves].tolist()}
+    env = {**os.environ, "PYTHONPATH": str(parity), "TRANSFORMERS_VERBOSITY": "error"}
+    done = subprocess.run([sys.executable, "-c", NEOX, json.dumps(case)], env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    neox = torch.tensor(json.loads(done.stdout), dtype=torch.float64)
+    cos, sin = rope.rotary(torch.arange(7))
+    ours = apply_rotary(x, cos.double(), sin.double())[..., halves]
+    torch.testing.assert_close(ours, neox, atol=1e-5, rtol=1e-5)

@@ -186,6 +186,7 @@ class LlamaMapping(Mapping):
         "pos": ("rope",), "ffn": ("swiglu",), "attention": ("full",),
         "block": ("sequential",), "qk_norm": (False,), "prefix_lm": (False,),
         "embed_norm": (False,), "pad_id": (PAD,), **NO_SOFTCAP,
+        "rotary_fraction": (1.0,),  # rope_theta maps to config.json's own key
     }  # fmt: skip
     grouped_kv = True
 
@@ -199,8 +200,8 @@ class LlamaMapping(Mapping):
             "num_key_value_heads": cfg.n_kv_heads or cfg.n_heads, "head_dim": cfg.d_head,
             "hidden_act": "silu", "max_position_embeddings": cfg.max_len,
             "rms_norm_eps": 1e-5,  # attnlab's RMSNorm
-            "rope_theta": 10000.0,
-            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+            "rope_theta": float(cfg.rope_theta),
+            "rope_parameters": {"rope_type": "default", "rope_theta": float(cfg.rope_theta)},
             "attention_bias": cfg.bias, "mlp_bias": False, "attention_dropout": cfg.attn_dropout,
         }  # fmt: skip
 
