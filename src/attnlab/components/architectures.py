@@ -86,8 +86,8 @@ class LMHeadConfig(ComponentConfig):
     name = "LM head"
     keys = {
         "final_softcap": Key(None, float | None, positive_number_or_null,
-                             "LM-head logits ← c·tanh(logits/c); null: off (Gemma 2 §2, "
-                             "c = 30)"),
+                             "LM-head logits ← c·tanh(logits/c); null: off; lm and seq2seq data",
+                             cite="Gemma Team 2024, Gemma 2 §2 \"logit soft-capping\", c = 30"),
     }  # fmt: skip
 
 

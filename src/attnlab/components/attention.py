@@ -152,8 +152,8 @@ ATTN_IMPLS = Family("attn_impl", "how attention is computed", "sdpa", AttentionI
 
 # Gemma 2 caps its attention logits at 50; SDPA's fused kernels have no place for the cap
 ATTN_SOFTCAP = Key(None, float | None, positive_number_or_null,
-                   "logits ← c·tanh(logits/c) before the mask and softmax; null: off "
-                   "(Gemma Team 2024, Gemma 2 §2 \"logit soft-capping\", c = 50)")  # fmt: skip
+                   "attention logits ← c·tanh(logits/c) before the mask and softmax; null: off",
+                   cite="Gemma Team 2024, Gemma 2 §2 \"logit soft-capping\", c = 50")  # fmt: skip
 
 
 @ATTN_IMPLS.declare

@@ -51,12 +51,15 @@ class Key:
     """One model key a component reads: its default, its type, its rule, what it means.
 
     ``type`` is a plain annotation (``int``, ``float``, ``bool``, ``str``, ``int | None``,
-    ``Any``); the command line's values are checked against it before any rule runs."""
+    ``Any``); the command line's values are checked against it before any rule runs.
+    ``cite``: the paper (and section) a key that is a recipe of its own comes from;
+    ``attnlab-train --options`` lists such keys with it."""
 
     default: Any
     type: Any
     rule: Rule | None = None
     help: str = ""
+    cite: str = ""
 
 
 def locate(path: str) -> Any:

@@ -112,11 +112,12 @@ class RoPEConfig(PositionsConfig):
     name, builds, in_attention = "rope", "attnlab.nn.positions:RotaryPositions", True
     keys = {
         "rope_theta": Key(10000.0, float, positive_number,
-                          "the base of θ_i = base^(−2i/d): RoFormer eq. 15's 10000; Llama 3 "
-                          "uses 500000 (Su et al. 2021; Llama's rope_theta)"),
+                          "the base of θ_i = base^(−2i/r); Llama 3 uses 500000",
+                          cite="Su et al. 2021 (RoFormer), eq. 15; Llama's rope_theta"),
         "rotary_fraction": Key(1.0, float, fraction,
                                "rotate only the first ⌊f·d_head⌋ features of each head, the "
-                               "rest carry no position (GPT-NeoX rotary_pct, Black et al. 2022)"),
+                               "rest carry no position",
+                               cite="Black et al. 2022 (GPT-NeoX), rotary_pct"),
     }  # fmt: skip
 
     @classmethod
