@@ -41,6 +41,19 @@ def test_gelu_tanh_is_the_tanh_approximation() -> None:
     assert "gelu_tanh" in FEEDFORWARDS
 
 
+def test_geglu_is_the_gelu_gated_linear_unit() -> None:
+    """(GELU(xW₁) ⊙ xV)W₂ (Shazeer 2020, eq. 6), GELU tanh-approximated as Gemma's MLP."""
+    from attnlab.nn.feedforward import GeGLU
+
+    torch.manual_seed(0)
+    ffn = GeGLU(8, 12).double()
+    x = torch.randn(3, 8, dtype=torch.float64)
+    gate = x @ ffn.gate.weight.T
+    by_hand = (gelu_tanh(gate) * (x @ ffn.linear1.weight.T)) @ ffn.linear2.weight.T
+    torch.testing.assert_close(ffn(x), by_hand)
+    assert "geglu" in FEEDFORWARDS
+
+
 @pytest.mark.parametrize("n_kv_heads", [1, 2])
 def test_grouped_query_attention_equals_mha_with_repeated_kv_heads(n_kv_heads: int) -> None:
     torch.manual_seed(0)

@@ -139,6 +139,14 @@ class SwiGLUConfig(FeedForwardConfig):
     name, builds, gated = "swiglu", "attnlab.nn.feedforward:SwiGLU", True
 
 
+@FEEDFORWARDS.declare
+class GeGLUConfig(FeedForwardConfig):
+    """(GELU(xW₁) ⊙ xV)W₂: a gated linear unit with a GELU gate, tanh-approximated (Shazeer
+    2020, eq. 6; Gemma's MLP)."""
+
+    name, builds, gated = "geglu", "attnlab.nn.feedforward:GeGLU", True
+
+
 # model.block -------------------------------------------------------------------------------
 class BlockConfig(ComponentConfig):
     """Base of ``model.block``: how one layer arranges its sublayers."""

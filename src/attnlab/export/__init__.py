@@ -8,7 +8,8 @@
 ``tokenizer_config.json``, ``generation_config.json`` and a model card (``README.md``)
 that ``AutoModelForCausalLM.from_pretrained`` and ``AutoTokenizer.from_pretrained`` load:
 ``model=decoder_only`` with Pre-LN LayerNorm, learned positions and a ReLU/GELU FFN as
-GPT2LMHeadModel; with Pre-LN RMSNorm, RoPE and SwiGLU (GQA too) as LlamaForCausalLM;
+GPT2LMHeadModel; with Pre-LN RMSNorm, RoPE and SwiGLU (GQA too) as LlamaForCausalLM; with
+sandwich RMSNorm, RoPE and GeGLU (and Gemma 2's logit soft-caps) as Gemma2ForCausalLM;
 ``model=encoder_only`` with Post-LN, learned positions and ``model.embed_norm=true`` as
 BertModel (``AutoModel``, the encoder's states). Any other option is refused in one line
 that names it. ``format=native`` writes attnlab's own

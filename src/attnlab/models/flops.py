@@ -3,7 +3,7 @@
 Multiply-add = 2 FLOPs. Per layer and token: W_Q, W_K, W_V, W_O (2·4·d², less with
 grouped-query attention, whose W_K and W_V have n_kv_heads·d_head rows), the scores
 QKᵀ and the weighted sum AV over the keys the query attends (2·2·keys·d), the feed-forward
-network (2·2·d·d_ff, or 3 matrices for SwiGLU); a decoder layer with cross-attention
+network (2·2·d·d_ff, or 3 matrices for SwiGLU and GeGLU); a decoder layer with cross-attention
 adds W_Q, W_O per query, the scores over the memory, and W_K, W_V once per memory
 token. For a decoder-only model with d_ff = 4·d_model this is PaLM's
 6·N + 12·L·d·T per token for training (Chowdhery et al. 2022, App. B).
@@ -37,7 +37,7 @@ _MASK_ELEMENTS = 2**22  # mask entries built at a time when counting a pattern's
 
 def ffn_flops(cfg: ModelConfig) -> int:
     """Forward FLOPs of the feed-forward network per token."""
-    matrices = 3 if cfg.ffn == "swiglu" else 2
+    matrices = 3 if cfg.component("ffn").gated else 2  # a GLU's gate is a third
     return 2 * matrices * cfg.d_model * cfg.ff_dim
 
 

@@ -60,6 +60,8 @@ class GELUTanhFeedForward(FeedForward):
 class SwiGLU(nn.Module):
     """Gated linear unit with Swish gate (Shazeer 2020, "GLU Variants Improve Transformer")."""
 
+    gate_activation = staticmethod(F.silu)
+
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
         super().__init__()
         self.gate = nn.Linear(d_model, d_ff, bias=False)  # W₁
@@ -68,4 +70,11 @@ class SwiGLU(nn.Module):
         self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(self.dropout(F.silu(self.gate(x)) * self.linear1(x)))
+        return self.linear2(self.dropout(self.gate_activation(self.gate(x)) * self.linear1(x)))
+
+
+class GeGLU(SwiGLU):
+    """(GELU(xW₁) ⊙ xV)W₂ (Shazeer 2020, eq. 6), with GELU's tanh approximation, as T5 v1.1's
+    gated-gelu and Gemma's MLP (``gelu_pytorch_tanh``) compute it."""
+
+    gate_activation = staticmethod(gelu_tanh)
