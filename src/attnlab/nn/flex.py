@@ -117,6 +117,6 @@ def flex_attend(
         raise ConfigError(CPU_BACKWARD)
     if mask is None:
         mask = block_mask(kind, q.size(2), k.size(2), q_offset, key_real, q.device)
-    score_mod = None if softcap is None else soft_cap_mod(softcap)
-    out = _kernel(q.device.type)(q, k, v, score_mod=score_mod, block_mask=mask)
+    capped = {} if softcap is None else {"score_mod": soft_cap_mod(softcap)}  # uncapped: as ever
+    out = _kernel(q.device.type)(q, k, v, block_mask=mask, **capped)
     return out.to(q.dtype)
