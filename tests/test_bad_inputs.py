@@ -103,6 +103,9 @@ CONFIG_CASES: dict[str, tuple[list[str], str]] = {
         "model.attn_impl=flex has no backward pass on CPU",
     ),  # fmt: skip
     "attn_softcap_on_sdpa": (["model.attn_softcap=50"], "model.attn_softcap=50 applies to"),
+    "attn_softcap_infinite": (
+        ["model.attn_impl=math", "model.attn_softcap=inf"], "model.attn_softcap=inf must be a",
+    ),  # fmt: skip
     "final_softcap_on_classification": (
         ["model=decoder_only", "data=majority", "model.final_softcap=30"],
         "model.final_softcap=30 applies to lm or seq2seq data",

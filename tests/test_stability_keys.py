@@ -108,7 +108,11 @@ def model_config(**values: object) -> ModelConfig:
     ({"attn_softcap": 50.0}, "model.attn_softcap=50.0 applies to model.attn_impl=flex, math"),
     ({"attn_impl": "math", "attn_softcap": 50.0, "attention": "linear"},
      "model.attention=linear does not compute"),
-    ({"attn_impl": "math", "attn_softcap": 0.0}, "must be a number > 0"),
+    ({"attn_impl": "math", "attn_softcap": 0.0}, "must be a finite number > 0"),
+    # c·tanh(x/c) with c = inf (or beyond float32) is inf·0: every logit NaN
+    ({"attn_impl": "math", "attn_softcap": math.inf}, "must be a finite number > 0"),
+    ({"attn_impl": "math", "attn_softcap": 1e300}, "that float32 holds"),
+    ({"attn_impl": "math", "attn_softcap": math.nan}, "must be a finite number > 0"),
 ])  # fmt: skip
 def test_attn_softcap_is_refused_where_nothing_caps_it(values: dict, named: str) -> None:
     with pytest.raises(ConfigError, match=named):
@@ -147,7 +151,8 @@ def test_generation_reads_the_capped_logits() -> None:
 @pytest.mark.parametrize(("values", "named"), [
     ({"name": "vit", "final_softcap": 30.0}, "model.final_softcap=30.0 applies to"),
     ({"name": "rnn", "final_softcap": 30.0}, "model.final_softcap=30.0 applies to"),
-    ({"name": "decoder_only", "final_softcap": -3.0}, "must be a number > 0"),
+    ({"name": "decoder_only", "final_softcap": -3.0}, "must be a finite number > 0"),
+    ({"name": "decoder_only", "final_softcap": math.inf}, "must be a finite number > 0"),
 ])  # fmt: skip
 def test_final_softcap_is_refused_without_an_lm_head(values: dict, named: str) -> None:
     with pytest.raises(ConfigError, match=named):
@@ -182,11 +187,12 @@ def test_the_training_objective_adds_z_loss_and_logs_it_apart() -> None:
     assert objective.item() == pytest.approx(logged["train/loss"] + logged["train/z_loss"])
 
 
-def test_a_negative_z_loss_is_refused() -> None:
+@pytest.mark.parametrize("z", [-1e-4, math.inf, math.nan])
+def test_a_negative_or_infinite_z_loss_is_refused(z: float) -> None:
     from attnlab.options import TaskConfig
 
     with pytest.raises(ConfigError, match="task.z_loss"):
-        TaskConfig(z_loss=-1e-4)
+        TaskConfig(z_loss=z)
 
 
 def test_z_loss_on_a_classification_task_is_refused() -> None:
@@ -244,7 +250,8 @@ def test_the_default_rope_is_roformers_base_10000_over_every_feature() -> None:
 @pytest.mark.parametrize(("values", "named"), [
     ({"rope_theta": 500000.0}, "model.rope_theta=500000.0 applies to model.pos=rope"),
     ({"rotary_fraction": 0.5}, "model.rotary_fraction=0.5 applies to model.pos=rope"),
-    ({"pos": "rope", "rope_theta": 0}, "must be a number > 0"),
+    ({"pos": "rope", "rope_theta": 0}, "must be a finite number > 0"),
+    ({"pos": "rope", "rope_theta": math.inf}, "must be a finite number > 0"),
     ({"pos": "rope", "rotary_fraction": 0.0}, r"must be in \(0, 1\]"),
     ({"pos": "rope", "rotary_fraction": 0.4}, "= 3 features of each head, and RoPE rotates"),
 ])  # fmt: skip

@@ -79,7 +79,8 @@ class TaskConfig:
                  "[10,15,20,25] (or null)")  # fmt: skip
         _require(0 <= self.label_smoothing < 1, "task.label_smoothing", self.label_smoothing,
                  "in [0, 1) (0.1 in the paper)")  # fmt: skip
-        _require(self.z_loss >= 0, "task.z_loss", self.z_loss, ">= 0 (PaLM uses 1e-4; 0: off)")
+        _require(0 <= self.z_loss < math.inf, "task.z_loss", self.z_loss,
+                 "a finite number >= 0 (PaLM uses 1e-4; 0: off)")  # fmt: skip
         _require(0 < self.mlm_probability < 1, "task.mlm_probability", self.mlm_probability,
                  "in (0, 1)")  # fmt: skip
         _require(self.decode_every_n_epochs >= 1, "task.decode_every_n_epochs",

@@ -187,9 +187,20 @@ def at_least_zero(key: str, value: Any) -> None:
         raise ConfigError(f"model.{key}={value} must be an integer >= 0")
 
 
+FLOAT32_RANGE = (1.1754943508222875e-38, 3.4028234663852886e38)  # its normal numbers
+
+
+def positive_number(key: str, value: Any) -> None:
+    """A number > 0 that float32 holds: the model computes with it in float32 or lower (an
+    infinite soft-cap would make every logit inf·0 = NaN)."""
+    if not FLOAT32_RANGE[0] <= float(value) <= FLOAT32_RANGE[1]:  # NaN fails too
+        raise ConfigError(f"model.{key}={value} must be a finite number > 0 that float32 "
+                          f"holds ({FLOAT32_RANGE[0]:.3g} to {FLOAT32_RANGE[1]:.3g})")  # fmt: skip
+
+
 def positive_number_or_null(key: str, value: Any) -> None:
-    if value is not None and not float(value) > 0.0:
-        raise ConfigError(f"model.{key}={value} must be a number > 0, or null (off)")
+    if value is not None:
+        positive_number(key, value)
 
 
 def probability(key: str, value: Any) -> None:

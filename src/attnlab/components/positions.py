@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnlab.components.core import ComponentConfig, Family, Key, ModelKeys
+from attnlab.components.core import ComponentConfig, Family, Key, ModelKeys, positive_number
 from attnlab.errors import ConfigError
 
 
@@ -92,11 +92,6 @@ class Sinusoidal2DConfig(GridConfig):
     He et al. 2022); model=vit."""
 
     name, builds = "sinusoidal_2d", "attnlab.nn.positions:Sinusoidal2DPositions"
-
-
-def positive_number(key: str, value: Any) -> None:
-    if not float(value) > 0.0:
-        raise ConfigError(f"model.{key}={value} must be a number > 0 (RoFormer's is 10000)")
 
 
 def fraction(key: str, value: Any) -> None:
