@@ -112,7 +112,11 @@ def test_the_kv_cache_keeps_only_the_kv_heads(n_kv_heads: int) -> None:
 @pytest.mark.parametrize("name,options", [
     (name, options) for name in ("decoder_only", "encoder_decoder")
     for options in ({"n_kv_heads": 1}, {"n_kv_heads": 2, "qk_norm": True}, {"block": "parallel"},
-                    {"n_kv_heads": 2, "pos": "alibi"}, {"n_kv_heads": 1, "pos": "t5_relative"})
+                    {"n_kv_heads": 2, "pos": "alibi"}, {"n_kv_heads": 1, "pos": "t5_relative"},
+                    {"attn_impl": "math", "attn_softcap": 1.0, "n_kv_heads": 2},
+                    {"attn_impl": "flex", "attn_softcap": 1.0, "pos": "alibi"},
+                    {"final_softcap": 0.5},
+                    {"pos": "rope", "rope_theta": 500.0, "rotary_fraction": 0.5})
     if not (name == "encoder_decoder" and "block" in options)  # refused: no cross-attention
 ])  # fmt: skip
 def test_cached_decoding_equals_recomputation(name: str, options: dict) -> None:
@@ -179,9 +183,14 @@ def test_gqa_shrinks_the_counted_projection_flops() -> None:
 @pytest.mark.parametrize("overrides", [
     ["model=decoder_only", "model.n_kv_heads=1", "model.ffn=gelu_tanh"],
     ["model=encoder_only", "model.block=parallel", "model.qk_norm=true"],
+    ["model=decoder_only", "model.attn_impl=math", "model.attn_softcap=50"],
+    ["model=encoder_decoder", "model.final_softcap=30", "data=reverse"],
+    ["model=decoder_only", "task.z_loss=1e-4", "data=reverse"],
+    ["model=decoder_only", "model.pos=rope", "model.rope_theta=500000",
+     "model.rotary_fraction=0.5"],
 ])  # fmt: skip
 def test_the_options_train_through_the_configs(overrides: list[str], tmp_path) -> None:
-    result = train_fast([*overrides, "data=majority"], tmp_path)
+    result = train_fast(["data=majority", *overrides], tmp_path)  # an override's data wins
     assert result["status"] == "completed"
     assert math.isfinite(result["metrics"]["test/loss"])
 

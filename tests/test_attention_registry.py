@@ -13,6 +13,7 @@ import math
 import pytest
 import torch
 
+from attnlab.components.attention import ATTENTION_KINDS as KIND_CONFIGS
 from attnlab.errors import ConfigError
 from attnlab.inference import start_decoding
 from attnlab.models import ModelConfig, build_model
@@ -77,10 +78,17 @@ def test_padding_changes_nothing_for_the_real_tokens(attention: str) -> None:
     torch.testing.assert_close(model(padded)[:, :12], model(x), atol=1e-9, rtol=1e-9)
 
 
-@pytest.mark.parametrize("attention", CAUSAL_KINDS)
+CAPPABLE = [k for k in CAUSAL_KINDS if KIND_CONFIGS.get(k).softcap_ok]
+
+
+@pytest.mark.parametrize("attention,options", [
+    *[(kind, {}) for kind in CAUSAL_KINDS],
+    # capped logits (Gemma 2 §2): the prompt through FlexAttention, each step written out
+    *[(kind, {"attn_impl": "flex", "attn_softcap": 1.0}) for kind in CAPPABLE],
+])  # fmt: skip
 @pytest.mark.parametrize("name", ["decoder_only", "encoder_decoder"])
-def test_cached_decoding_equals_recomputation(name: str, attention: str) -> None:
-    model = make(name, attention)
+def test_cached_decoding_equals_recomputation(name: str, attention: str, options: dict) -> None:
+    model = make(name, attention, **options)
     inputs = sources() if name == "encoder_decoder" else left_padded_prompts()
     cached = step_logits(model, inputs, use_cache=True)
     recomputed = step_logits(model, inputs, use_cache=False)

@@ -102,6 +102,18 @@ CONFIG_CASES: dict[str, tuple[list[str], str]] = {
         ["model.attention=sliding_window", "model.attn_impl=flex"],
         "model.attn_impl=flex has no backward pass on CPU",
     ),  # fmt: skip
+    "attn_softcap_on_sdpa": (["model.attn_softcap=50"], "model.attn_softcap=50 applies to"),
+    "attn_softcap_infinite": (
+        ["model.attn_impl=math", "model.attn_softcap=inf"], "model.attn_softcap=inf must be a",
+    ),  # fmt: skip
+    "final_softcap_on_classification": (
+        ["model=decoder_only", "data=majority", "model.final_softcap=30"],
+        "model.final_softcap=30 applies to lm or seq2seq data",
+    ),  # fmt: skip
+    "z_loss_on_classification": (
+        ["model=decoder_only", "data=majority", "task.z_loss=1e-4"],
+        "task.z_loss=0.0001 is PaLM's loss",
+    ),  # fmt: skip
     "vit_on_tokens": (["model=vit", "data=reverse"], "model=vit does not fit a seq2seq"),
     "accelerator_typo": (["trainer.accelerator=tpu_typo"], "trainer.accelerator=tpu_typo"),
     "gpu_on_a_cpu_machine": (["trainer=gpu"], "trainer.accelerator=gpu asks for a device"),

@@ -63,6 +63,18 @@ def test_options_lists_each_attention_kind_with_its_paper(
     assert any(kind in line.split()[:2] and paper in line for line in lines)
 
 
+def test_options_lists_each_recipe_key_with_its_paper(capsys: pytest.CaptureFixture[str]) -> None:
+    assert attnlab_train.main(["--options"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()
+            if line[:1].strip()}  # fmt: skip
+    papers = {"model.attn_softcap": "Gemma 2 §2", "model.final_softcap": "Gemma 2 §2",
+              "model.rope_theta": "RoFormer", "model.rotary_fraction": "GPT-NeoX",
+              "task.z_loss": "PaLM §5"}  # fmt: skip
+    for key, paper in papers.items():
+        assert paper in rows[key], rows.get(key)
+    assert "read by model.attn_impl=flex, math" in rows["model.attn_softcap"]
+
+
 def test_options_lists_every_named_model_key_and_each_group_once(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

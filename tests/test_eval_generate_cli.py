@@ -210,6 +210,27 @@ def test_eval_with_an_override_that_changes_the_function_is_refused_by_key(
     assert "drop model.* overrides" in line
 
 
+@pytest.mark.parametrize(("config", "refused"), [
+    ({"attn_softcap": None, "rope_theta": 10000.0, "rotary_fraction": 1.0}, False),
+    ({"attn_softcap": 50.0}, True),
+    ({"rope_theta": 500000.0}, True),
+])  # fmt: skip
+def test_a_checkpoint_without_a_neutral_key_loads_under_its_default_only(
+    config: dict, refused: bool, tmp_path: Path
+) -> None:
+    """A run saved before a key existed, or trained on an attn_impl that does not read
+    model.attn_softcap, computes what the key's default computes, and nothing else."""
+    from attnlab.cli.checkpoints import check_same_model
+    from attnlab.errors import CheckpointError
+
+    saved = {"d_model": 16, "pos": "rope"}
+    if refused:
+        with pytest.raises(CheckpointError, match="a key the checkpoint's model does not read"):
+            check_same_model(tmp_path / "given.ckpt", saved, {**saved, **config})
+    else:
+        check_same_model(tmp_path / "given.ckpt", saved, {**saved, **config})
+
+
 def test_eval_with_an_override_of_how_the_function_is_computed_is_accepted(
     runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:

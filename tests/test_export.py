@@ -65,6 +65,13 @@ RUNS = {
     "llama_nobias": [*LLAMA_BLOCK, "model.bias=false"],
     # GEGLU: Llama's MLP with the tanh GELU as its gate (hidden_act=gelu_pytorch_tanh)
     "llama_geglu": [*LLAMA_BLOCK[:3], "model.ffn=geglu", *LLAMA_BLOCK[4:]],
+    # Llama 3's RoPE base: config.json's rope_theta
+    "llama_theta": [*LLAMA_BLOCK, "model.rope_theta=500000"],
+    # Gemma 2: sandwich RMSNorm, GeGLU, both logit soft-caps (small, so that they bite), GQA
+    "gemma2": ["model=decoder_only", "model.norm=sandwich", "model.norm_type=rmsnorm",
+               "model.pos=rope", "model.ffn=geglu", "model.d_model=32", "model.n_heads=4",
+               "model.n_kv_heads=2", "model.attn_impl=math", "model.attn_softcap=2.0",
+               "model.final_softcap=3.0"],  # fmt: skip
     # a masked LM in BERT's layout: Post-LN, learned positions, the embedding norm
     "bert": ["model=encoder_only", "model.norm=post", "model.pos=learned", "model.ffn=gelu",
              "model.embed_norm=true", "model.d_model=32", "model.n_heads=4"],  # fmt: skip
@@ -147,6 +154,8 @@ def hf_results(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) 
                                            ("llama", "LlamaForCausalLM"),
                                            ("llama_nobias", "LlamaForCausalLM"),
                                            ("llama_geglu", "LlamaForCausalLM"),
+                                           ("llama_theta", "LlamaForCausalLM"),
+                                           ("gemma2", "Gemma2ForCausalLM"),
                                            ("bert", "BertModel")])  # fmt: skip
 def test_transformers_computes_the_same_outputs_and_greedy_continuation(
     hf_results: dict, name: str, hf_class: str
@@ -214,6 +223,10 @@ def test_half_split_rows_turn_interleaved_pairs_into_halves() -> None:
     assert half_split_rows(2, 4).tolist() == [0, 2, 1, 3, 4, 6, 5, 7]
 
 
+GEMMA = {"norm": "sandwich", "norm_type": "rmsnorm", "pos": "rope", "ffn": "geglu",
+         "attn_impl": "math", "attn_softcap": 50.0, "final_softcap": 30.0}
+
+
 def config_with(**values: object) -> ModelConfig:
     base = {"name": "decoder_only", "vocab_size": 40, "d_model": 32, "n_heads": 4,
             "pos": "learned"}  # fmt: skip
@@ -266,6 +279,20 @@ def config_with(**values: object) -> ModelConfig:
          "model.ffn=moe"),  # fmt: skip
         ({"name": "encoder_only", "norm": "post", "embed_norm": True, "pad_id": 7},
          "model.pad_id=7"),  # fmt: skip
+        # Gemma 2's soft-capping: GPT-2, Llama and BERT compute uncapped logits
+        # partial rotary (GPT-NeoX's rotary_pct): Llama rotates every feature of a head
+        ({"pos": "rope", "norm_type": "rmsnorm", "ffn": "swiglu", "rotary_fraction": 0.5},
+         "model.rotary_fraction=0.5"),  # fmt: skip
+        ({"final_softcap": 30.0}, "model.final_softcap=30.0 is Gemma 2's logit soft-capping, "
+         "which only Gemma2ForCausalLM computes, and model.norm=pre"),
+        # Gemma 2 scales its embeddings by √d_model and rotates every feature of a head
+        ({**GEMMA, "scale_embeddings": False}, "model.scale_embeddings=false"),
+        ({**GEMMA, "rotary_fraction": 0.5}, "model.rotary_fraction=0.5"),
+        ({"attn_impl": "math", "attn_softcap": 50.0}, "model.attn_softcap=50.0"),
+        ({"pos": "rope", "norm_type": "rmsnorm", "ffn": "swiglu", "final_softcap": 30.0},
+         "model.final_softcap=30.0"),  # fmt: skip
+        ({"name": "encoder_only", "norm": "post", "embed_norm": True, "attn_impl": "flex",
+          "attn_softcap": 50.0}, "model.attn_softcap=50.0"),  # fmt: skip
     ],
 )
 def test_options_without_an_equivalent_are_refused_by_name(values: dict, named: str) -> None:
@@ -286,6 +313,7 @@ def test_the_two_families_are_chosen_by_their_options() -> None:
                           "lm") is LlamaMapping  # fmt: skip
     bert = config_with(name="encoder_only", norm="post", embed_norm=True)
     assert choose_mapping(bert, "classification") is BertMapping
+    assert choose_mapping(config_with(**GEMMA), "lm").hf_class == "Gemma2ForCausalLM"
     with pytest.raises(ConfigError, match="classification"):
         choose_mapping(config_with(), "classification")
 

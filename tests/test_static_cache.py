@@ -45,8 +45,10 @@ def test_static_cache_gives_the_logits_of_full_recomputation(
 @pytest.mark.parametrize(
     "overrides",
     [dict(n_kv_heads=2), dict(n_kv_heads=1, pos="rope"), dict(block="parallel"),
-     dict(qk_norm=True, pos="alibi")],
-    ids=["gqa", "mqa-rope", "parallel", "qk_norm-alibi"],
+     dict(qk_norm=True, pos="alibi"),
+     dict(attn_impl="math", attn_softcap=1.0, final_softcap=0.5, pos="rope", rope_theta=500.0,
+          rotary_fraction=0.5)],
+    ids=["gqa", "mqa-rope", "parallel", "qk_norm-alibi", "softcaps-partial_rope"],
 )  # fmt: skip
 def test_static_cache_serves_grouped_queries_parallel_blocks_and_qk_norm(overrides) -> None:
     model = make("decoder_only", max_len=64, **overrides)

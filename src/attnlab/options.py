@@ -60,6 +60,9 @@ class TaskConfig:
     """``task.*``: how a task computes its loss and which extra metrics it decodes for."""
 
     label_smoothing: float = 0.0  # Szegedy et al. 2016; the paper uses 0.1 (§5.4)
+    # PaLM's auxiliary loss z_loss·log²Z on the output softmax's normaliser Z (Chowdhery et
+    # al. 2022, §5 "Training instability", 1e-4); 0: off. lm and seq2seq data
+    z_loss: float = 0.0
     mlm_probability: float = 0.15  # masked LM (Devlin et al. 2019, §3.1)
     bleu: bool | None = None  # None: on for translation data
     decode_every_n_epochs: int = 1  # free-running decoding for val/exact_match (and BLEU)
@@ -76,6 +79,8 @@ class TaskConfig:
                  "[10,15,20,25] (or null)")  # fmt: skip
         _require(0 <= self.label_smoothing < 1, "task.label_smoothing", self.label_smoothing,
                  "in [0, 1) (0.1 in the paper)")  # fmt: skip
+        _require(0 <= self.z_loss < math.inf, "task.z_loss", self.z_loss,
+                 "a finite number >= 0 (PaLM uses 1e-4; 0: off)")  # fmt: skip
         _require(0 < self.mlm_probability < 1, "task.mlm_probability", self.mlm_probability,
                  "in (0, 1)")  # fmt: skip
         _require(self.decode_every_n_epochs >= 1, "task.decode_every_n_epochs",

@@ -222,6 +222,10 @@ def check_weights_fit(
 # compilation, recomputation, dropout, the initialisation the weights replace): a checkpoint
 # loads under any value of them
 HOW_KEYS = ("attn_impl", "compile", "activation_checkpointing", "dropout", "attn_dropout", "init")
+# keys whose default computes what a model without them computes (no soft-cap, RoPE's base
+# 10000 over every feature): a checkpoint whose model does not read one (saved before the key
+# existed, or trained on an attn_impl that does not read it) loads under that default
+NEUTRAL_AT_DEFAULT = ("attn_softcap", "final_softcap", "rope_theta", "rotary_fraction")
 
 
 def check_same_model(path: Path, saved_model: Mapping[str, Any] | None,
@@ -238,6 +242,7 @@ def check_same_model(path: Path, saved_model: Mapping[str, Any] | None,
         # the keys both set, then those only the config sets
         for key in sorted(set(model) if saved else set(), key=lambda k: (k not in saved, str(k)))
         if key not in HOW_KEYS and not _same(saved.get(key, _ABSENT), model[key])
+        and not (key not in saved and _neutral(key, model[key]))
     ]
     if differ:
         raise CheckpointError(
@@ -245,6 +250,12 @@ def check_same_model(path: Path, saved_model: Mapping[str, Any] | None,
             "which its weights compute another function; load it with the config it was "
             "trained with: drop model.* overrides, or pass run_dir=<the run that wrote it>"
         )
+
+
+def _neutral(key: str, value: Any) -> bool:
+    from attnlab.components.core import KEYS
+
+    return key in NEUTRAL_AT_DEFAULT and _same(KEYS[key].default, value)
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -36,6 +36,11 @@ NAMED = {  # model keys with a fixed set of names that no family declares, and w
     },
 }  # fmt: skip
 FAMILY_ORDER = ("norm", "norm_type", "pos", "ffn", "attention", "attn_impl", "block", "param")
+TASK_RECIPES = {  # task keys that are a recipe of their own, as (default, what and where from)
+    "task.z_loss": ("0.0", "α·log²Z of the output softmax's normaliser added to the training "
+                    "loss, logged as train/z_loss; lm and seq2seq data (Chowdhery et al. 2022, "
+                    "PaLM §5 \"Training instability\", α = 1e-4)"),
+}  # fmt: skip
 
 
 def _yaml_comment(path: Path) -> str:
@@ -64,7 +69,26 @@ def registry_rows() -> list[tuple[str, str, str]]:
         rows += [(f"model.{key}", c.name, c.summary() + reads(c)) for c in FAMILIES[key]]
     for key, values in NAMED.items():
         rows += [(key, name, rule) for name, rule in values.items()]
-    return [*rows, *pool_rows(FAMILIES["name"])]
+    return [*rows, *pool_rows(FAMILIES["name"]), *recipe_rows()]
+
+
+def recipe_rows() -> list[tuple[str, str, str]]:
+    """(key, default, what it does, its paper and who reads it) for every key declared with a
+    ``cite`` (a recipe of its own: ``model.attn_softcap``, ``model.rope_theta``, …) and the
+    task keys of :data:`TASK_RECIPES`."""
+    from attnlab.components import FAMILIES
+    from attnlab.components.core import KEYS
+
+    rows = []
+    for key, declared in KEYS.items():
+        if not declared.cite:
+            continue
+        readers = [f"model.{k}={', '.join(f.readers(key))}" for k, f in FAMILIES.items()
+                   if k != "name" and f.readers(key)]  # fmt: skip
+        where = f"; read by {' and '.join(readers)}" if readers else ""
+        default = "null" if declared.default is None else str(declared.default)
+        rows.append((f"model.{key}", default, f"{declared.help} ({declared.cite}){where}"))
+    return rows + [(key, default, what) for key, (default, what) in TASK_RECIPES.items()]
 
 
 def pool_rows(architectures: Any) -> list[tuple[str, str, str]]:

@@ -22,7 +22,8 @@ def check_before_run(cfg: dict[str, Any], model: Any, this_machine: bool = False
     ``this_machine``: also whether it can run here (the accelerator, a kernel's backward);
     a config checked for another machine (a cluster's job, a documented GPU command) skips
     that. Raises ConfigError (one line)."""
-    check_architecture_serves_data(cfg.get("model") or {}, model, cfg.get("data") or {})
+    check_architecture_serves_data(cfg.get("model") or {}, model, cfg.get("data") or {},
+                                   cfg.get("task") or {})  # fmt: skip
     if not this_machine:
         return
     trainer = cfg.get("trainer") or {}
@@ -32,13 +33,17 @@ def check_before_run(cfg: dict[str, Any], model: Any, this_machine: bool = False
         check_trains_here(model, accelerator)
 
 
+Z_LOSS_TASKS = ("lm", "seq2seq")  # task.z_loss: a language model's output softmax
 # keys that a model reads for some tasks only, and those tasks
-TASK_KEYS = {"pool": ("classification", "image_classification")}
+TASK_KEYS = {"pool": ("classification", "image_classification"), "final_softcap": ("lm", "seq2seq")}
 
 
-def check_architecture_serves_data(given: dict[str, Any], model: Any, data: dict[str, Any]) -> None:
+def check_architecture_serves_data(
+    given: dict[str, Any], model: Any, data: dict[str, Any], task_keys: dict[str, Any] | None = None
+) -> None:
     """The architecture's feeding declares the kind of task the data module serves, and a
-    key set for the model is one the task reads (``model.pool``: classification)."""
+    key set for the model is one the task reads (``model.pool``: classification), as is
+    ``task.z_loss`` (the output softmax of a language model: lm and seq2seq)."""
     from attnlab.cli.schema import check_data_class
     from attnlab.components.architectures import check_compatible
     from attnlab.model_config import is_set
@@ -52,6 +57,11 @@ def check_architecture_serves_data(given: dict[str, Any], model: Any, data: dict
         if is_set(given.get(key, "???")) and key in model and task not in tasks:
             raise ConfigError(f"model.{key}={given[key]} applies to {' or '.join(tasks)} "
                               f"data, and this data is {task}; remove it")  # fmt: skip
+    z = (task_keys or {}).get("z_loss") or 0
+    if z and task not in Z_LOSS_TASKS:
+        raise ConfigError(f"task.z_loss={z} is PaLM's loss on a language model's output "
+                          f"softmax (lm or seq2seq data), and this data is {task}; set "
+                          "task.z_loss=0")  # fmt: skip
 
 
 def check_accelerator(accelerator: str, preset: Any = None) -> None:

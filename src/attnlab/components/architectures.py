@@ -15,6 +15,7 @@ from attnlab.components.core import (
     at_least_zero,
     one_of,
     positive,
+    positive_number_or_null,
     positive_or_null,
     probability,
 )
@@ -80,6 +81,19 @@ class TokenEmbeddingConfig(ComponentConfig):
     }  # fmt: skip
 
 
+class LMHeadConfig(ComponentConfig):
+    """logits = x W_outᵀ, the pre-softmax linear transformation (§3.4); with
+    ``final_softcap`` c, logits ← c·tanh(logits/c) (Gemma Team 2024, Gemma 2 §2 "logit
+    soft-capping", c = 30), in the training loss and in generation alike."""
+
+    name = "LM head"
+    keys = {
+        "final_softcap": Key(None, float | None, positive_number_or_null,
+                             "LM-head logits ← c·tanh(logits/c); null: off; lm and seq2seq data",
+                             cite="Gemma Team 2024, Gemma 2 §2 \"logit soft-capping\", c = 30"),
+    }  # fmt: skip
+
+
 class ArchitectureConfig(ComponentConfig):
     """Base of ``model=…``: ``cls(cfg, task)``.
 
@@ -127,7 +141,7 @@ OWN = {"d_model": D_MODEL, "compile": COMPILE, "pool": POOL}
 class TransformerConfig(ArchitectureConfig):
     """Base of the three Transformer architectures (Vaswani et al. 2017, Fig. 1)."""
 
-    parts = (TransformerStackConfig, MultiHeadAttentionConfig, TokenEmbeddingConfig)
+    parts = (TransformerStackConfig, MultiHeadAttentionConfig, TokenEmbeddingConfig, LMHeadConfig)
     families = TRANSFORMER_FAMILIES
     keys = OWN
 

@@ -13,6 +13,7 @@ from attnlab.components.core import (
     ModelKeys,
     at_least_zero,
     positive,
+    positive_number_or_null,
     positive_or_null,
     probability,
 )
@@ -60,10 +61,12 @@ class AttentionKindConfig(ComponentConfig):
 
     ``causal_ok``: it has a causal form (a decoder can use it). ``sparse``: a pattern that
     skips keys, or a kernel of its own: no additive position bias on the full score matrix,
-    no prefix-LM mask."""
+    no prefix-LM mask. ``softcap_ok``: a softmax over a key pattern, whose logits
+    ``model.attn_softcap`` can cap (written out or through FlexAttention)."""
 
     causal_ok = True
     sparse = True
+    softcap_ok = False
     causal_error = "this attention kind cannot be causal"
 
     @classmethod
@@ -79,6 +82,7 @@ class FullAttentionConfig(AttentionKindConfig):
     """softmax(QKᵀ/√d + M)V over every key (Vaswani et al. 2017, eq. 1): the baseline."""
 
     name, builds, sparse = "full", "attnlab.nn.attention_kinds:FullAttention", False
+    softcap_ok = True
 
 
 @ATTENTION_KINDS.declare
@@ -87,6 +91,7 @@ class SlidingWindowConfig(AttentionKindConfig):
     (Beltagy et al. 2020, §3.1; Mistral's SWA)."""
 
     name, builds = "sliding_window", "attnlab.nn.attention_kinds:SlidingWindowAttention"
+    softcap_ok = True
     keys = {"window": WINDOW, "attn_block": ATTN_BLOCK}
 
 
@@ -96,6 +101,7 @@ class LongformerConfig(AttentionKindConfig):
     (Beltagy et al. 2020, §3.1 "global attention")."""
 
     name, builds = "longformer", "attnlab.nn.attention_kinds:LongformerAttention"
+    softcap_ok = True
     keys = {"window": WINDOW, "attn_block": ATTN_BLOCK,
             "n_global": Key(1, int, positive, "the first n_global positions attend and are "
                             "attended everywhere")}  # fmt: skip
@@ -107,6 +113,7 @@ class BigBirdConfig(AttentionKindConfig):
     (Zaheer et al. 2020, §2, Fig. 1)."""
 
     name, builds = "bigbird", "attnlab.nn.attention_kinds:BigBirdAttention"
+    softcap_ok = True
     keys = {"attn_block": ATTN_BLOCK,
             "n_random": Key(2, int, at_least_zero, "random key blocks per query block "
                             "(seeded)")}  # fmt: skip
@@ -181,6 +188,11 @@ class AttentionImplConfig(ComponentConfig):
 
 ATTN_IMPLS = Family("attn_impl", "how attention is computed", "sdpa", AttentionImplConfig)
 
+# Gemma 2 caps its attention logits at 50; SDPA's fused kernels have no place for the cap
+ATTN_SOFTCAP = Key(None, float | None, positive_number_or_null,
+                   "attention logits ← c·tanh(logits/c) before the mask and softmax; null: off",
+                   cite="Gemma Team 2024, Gemma 2 §2 \"logit soft-capping\", c = 50")  # fmt: skip
+
 
 @ATTN_IMPLS.declare
 class FusedImplConfig(AttentionImplConfig):
@@ -192,13 +204,21 @@ class FusedImplConfig(AttentionImplConfig):
 
 @ATTN_IMPLS.declare
 class ExplicitImplConfig(AttentionImplConfig):
-    """softmax(QKᵀ/√d_k)V written out (Vaswani et al. 2017, eq. 1); the kinds' references."""
+    """softmax(QKᵀ/√d_k)V written out (Vaswani et al. 2017, eq. 1); the kinds' references.
+
+    ``attn_softcap`` c: softmax(c·tanh(QKᵀ/(√d_k·c)) + M)V (Gemma 2, §2)."""
 
     name = "math"
+    keys = {"attn_softcap": ATTN_SOFTCAP}
 
 
 @ATTN_IMPLS.declare
 class FlexImplConfig(AttentionImplConfig):
-    """FlexAttention for every softmax kind (Dong et al. 2024); trains on CUDA only."""
+    """FlexAttention for every softmax kind (Dong et al. 2024); trains on CUDA only.
+
+    ``attn_softcap`` c: a ``score_mod`` c·tanh(s/c) on each score s = qᵀk/√d (Gemma 2,
+    §2); full attention, decoding steps and attention dropout, which do not take
+    FlexAttention, write the capped softmax out."""
 
     name = "flex"
+    keys = {"attn_softcap": ATTN_SOFTCAP}

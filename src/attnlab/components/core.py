@@ -20,7 +20,6 @@ are exactly those of its architecture and of the components it chose
 from __future__ import annotations
 
 import importlib
-import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
@@ -52,12 +51,15 @@ class Key:
     """One model key a component reads: its default, its type, its rule, what it means.
 
     ``type`` is a plain annotation (``int``, ``float``, ``bool``, ``str``, ``int | None``,
-    ``Any``); the command line's values are checked against it before any rule runs."""
+    ``Any``); the command line's values are checked against it before any rule runs.
+    ``cite``: the paper (and section) a key that is a recipe of its own comes from;
+    ``attnlab-train --options`` lists such keys with it."""
 
     default: Any
     type: Any
     rule: Rule | None = None
     help: str = ""
+    cite: str = ""
 
 
 def locate(path: str) -> Any:
@@ -185,9 +187,20 @@ def at_least_zero(key: str, value: Any) -> None:
         raise ConfigError(f"model.{key}={value} must be an integer >= 0")
 
 
+FLOAT32_RANGE = (1.1754943508222875e-38, 3.4028234663852886e38)  # its normal numbers
+
+
 def positive_number(key: str, value: Any) -> None:
-    if not math.isfinite(float(value)) or float(value) <= 0:
-        raise ConfigError(f"model.{key}={value} must be a finite number > 0")
+    """A number > 0 that float32 holds: the model computes with it in float32 or lower (an
+    infinite soft-cap would make every logit inf·0 = NaN)."""
+    if not FLOAT32_RANGE[0] <= float(value) <= FLOAT32_RANGE[1]:  # NaN fails too
+        raise ConfigError(f"model.{key}={value} must be a finite number > 0 that float32 "
+                          f"holds ({FLOAT32_RANGE[0]:.3g} to {FLOAT32_RANGE[1]:.3g})")  # fmt: skip
+
+
+def positive_number_or_null(key: str, value: Any) -> None:
+    if value is not None:
+        positive_number(key, value)
 
 
 def probability(key: str, value: Any) -> None:

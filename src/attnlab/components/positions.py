@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnlab.components.core import ComponentConfig, Family, ModelKeys
+from attnlab.components.core import ComponentConfig, Family, Key, ModelKeys, positive_number
 from attnlab.errors import ConfigError
 
 
@@ -94,18 +94,45 @@ class Sinusoidal2DConfig(GridConfig):
     name, builds = "sinusoidal_2d", "attnlab.nn.positions:Sinusoidal2DPositions"
 
 
+def fraction(key: str, value: Any) -> None:
+    if not 0.0 < float(value) <= 1.0:
+        raise ConfigError(f"model.{key}={value} must be in (0, 1] (1: every feature rotates)")
+
+
 @POSITIONS.declare
 class RoPEConfig(PositionsConfig):
-    """Rotary position embedding (Su et al. 2021): rotate Q and K of every head by m·θ_i."""
+    """Rotary position embedding (Su et al. 2021): rotate Q and K of every head by m·θ_i,
+    θ_i = rope_theta^(−2i/r) over the first r = ⌊rotary_fraction·d_head⌋ features."""
 
     name, builds, in_attention = "rope", "attnlab.nn.positions:RotaryPositions", True
+    keys = {
+        "rope_theta": Key(10000.0, float, positive_number,
+                          "the base of θ_i = base^(−2i/r); Llama 3 uses 500000",
+                          cite="Su et al. 2021 (RoFormer), eq. 15; Llama's rope_theta"),
+        "rotary_fraction": Key(1.0, float, fraction,
+                               "rotate only the first ⌊f·d_head⌋ features of each head, the "
+                               "rest carry no position",
+                               cite="Black et al. 2022 (GPT-NeoX), rotary_pct"),
+    }  # fmt: skip
+
+    @classmethod
+    def build(cls, cfg: ModelKeys, causal: bool, grid: tuple[int, int] | None = None) -> Any:
+        args = (cfg.d_model, cfg.get("n_heads", 1), cfg.max_len, causal)
+        return cls.target()(*args, theta=cfg.rope_theta, fraction=cfg.rotary_fraction)
 
     @classmethod
     def check(cls, cfg: ModelKeys) -> None:
-        if cfg.d_head % 2:  # rotations act on pairs of a head's dimensions
+        if cfg.rotary_fraction == 1.0 and cfg.d_head % 2:  # rotations act on pairs
             raise ConfigError(
                 f"model.pos=rope needs an even head size, got d_model/n_heads={cfg.d_head}; "
                 "change model.d_model or model.n_heads"
+            )
+        rotated = int(cfg.d_head * cfg.rotary_fraction)
+        if rotated % 2 or rotated == 0:
+            raise ConfigError(
+                f"model.rotary_fraction={cfg.rotary_fraction} rotates ⌊{cfg.rotary_fraction}·"
+                f"{cfg.d_head}⌋ = {rotated} features of each head, and RoPE rotates pairs; "
+                "choose a fraction that gives an even number of at least 2"
             )
 
 

@@ -68,6 +68,13 @@ RULES: tuple[Refusal, ...] = (
         and not m.component("attention").causal_ok,
         lambda m: m.component("attention").causal_error,
     ),
+    Refusal(  # soft-capping rewrites the logits of a softmax over the keys
+        lambda m: m.get("attn_softcap") is not None and "attention" in m.families
+        and not m.component("attention").softcap_ok,
+        lambda m: f"model.attn_softcap caps the logits of a softmax over the keys, which "
+        f"model.attention={m.attention} does not compute; use model.attention=full, "
+        "sliding_window, longformer or bigbird, or remove model.attn_softcap",
+    ),
     Refusal(
         lambda m: m.get("param") == "mup" and m.get("attention") == "linear",
         lambda m: "model.param=mup scales softmax attention logits by 1/d_head and "

@@ -9,7 +9,8 @@
 that ``AutoModelForCausalLM.from_pretrained`` and ``AutoTokenizer.from_pretrained`` load:
 ``model=decoder_only`` with Pre-LN LayerNorm, learned positions and a ReLU, GELU or
 squared-ReLU FFN as GPT2LMHeadModel; with Pre-LN RMSNorm, RoPE and SwiGLU or GEGLU (GQA too)
-as LlamaForCausalLM;
+as LlamaForCausalLM; with sandwich RMSNorm, RoPE and GEGLU (and Gemma 2's logit soft-caps)
+as Gemma2ForCausalLM;
 ``model=encoder_only`` with Post-LN, learned positions and ``model.embed_norm=true`` as
 BertModel (``AutoModel``, the encoder's states). Any other option is refused in one line
 that names it. ``format=native`` writes attnlab's own

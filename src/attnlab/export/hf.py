@@ -12,7 +12,10 @@ and compare logits and greedy generation.
   GQA) → ``LlamaForCausalLM`` (Touvron et al. 2023), whose MLP is act(x·gate)·(x·up) with
   ``hidden_act`` as the gate: ``silu`` or ``gelu_pytorch_tanh``, the tanh GELU of attnlab's
   GEGLU. (Gemma's GEGLU model also scales the embeddings by √d_model and norms by (1 + g);
-  Llama's class computes attnlab's model with nothing folded.)
+  Llama's class computes attnlab's Pre-LN model with nothing folded.)
+* :class:`~attnlab.export.gemma.Gemma2Mapping` ``decoder_only`` with sandwich RMSNorm, RoPE
+  and GEGLU → ``Gemma2ForCausalLM`` (Gemma Team 2024), the one class with logit soft-capping
+  (``model.attn_softcap``, ``model.final_softcap``), so the only target of either.
 * :class:`BertMapping`  ``encoder_only`` with Post-LN LayerNorm, learned positions and the
   embedding norm (``model.embed_norm=true``) → ``BertModel`` (Devlin et al. 2019), the
   encoder's states; attnlab's heads (a bare projection for the masked LM, a mean pool for
@@ -41,87 +44,23 @@ import torch
 from torch import Tensor
 
 from attnlab.errors import ConfigError
+from attnlab.export.gemma import Gemma2Mapping
+from attnlab.export.mapping import (
+    NO_SOFTCAP,
+    Mapping,
+    _conv1d,
+    _linear,
+    _norm,
+    _shown,
+    _split_projection,
+    half_split_rows,
+)
 from attnlab.model_config import ModelConfig
-from attnlab.special_tokens import BOS, EOS, PAD
+from attnlab.special_tokens import PAD
 
 # transformers' ACT2FN names: the activation of an ungated FFN, the gate of a gated one
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "relu2": "relu2"}
 GATES = {"swiglu": "silu", "geglu": "gelu_pytorch_tanh"}
-
-
-class Mapping:
-    """One Hugging Face model class. ``needs``: the attnlab keys and the values it takes."""
-
-    hf_class = ""
-    needs: dict[str, tuple[Any, ...]] = {}
-    grouped_kv = False  # whether fewer K/V heads than query heads are expressible
-
-    @classmethod
-    def mismatch(cls, cfg: ModelConfig) -> str | None:
-        """The first ``model.key=value`` this class cannot compute, or None."""
-        for key, allowed in cls.needs.items():
-            value = getattr(cfg, key)
-            if value not in allowed:
-                shown = " or ".join(_shown(v) for v in allowed)
-                return f"model.{key}={_shown(value)} (it needs {shown})"
-        if not cls.grouped_kv and cfg.n_kv_heads not in (None, cfg.n_heads):
-            return f"model.n_kv_heads={cfg.n_kv_heads} (it has one K/V head per query head)"
-        return None
-
-    def __init__(self, model: Any) -> None:
-        self.model, self.cfg = model, model.cfg
-        self.embedding_scale = float(model.embedding.scale)
-        self.readout_multiplier = float(getattr(model.lm_head, "multiplier", 1.0))
-        # the exported input and output tables differ when either is scaled or attnlab ties none
-        self.tied = (
-            self.cfg.tie != "none" and self.embedding_scale == 1.0
-            and self.readout_multiplier == 1.0
-        )  # fmt: skip
-
-    def common_config(self) -> dict[str, Any]:
-        return {
-            "architectures": [self.hf_class],
-            "vocab_size": self.cfg.vocab_size,
-            "bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD,
-            "tie_word_embeddings": self.tied,
-            "torch_dtype": "float32",
-            "use_cache": True,
-        }  # fmt: skip
-
-    def tables(self) -> tuple[Tensor, Tensor | None]:
-        """(input embedding table, output projection or None when tied), scales folded in."""
-        table = self.model.embedding.weight.detach()
-        inputs = table * self.embedding_scale
-        if self.tied:
-            return inputs.clone(), None
-        output = self.model.lm_head.weight.detach() * self.readout_multiplier
-        return inputs.clone(), output.clone()
-
-    def query_scale(self, attention: Any) -> float:
-        return float(attention.query_scale)
-
-    def layers(self) -> Any:
-        return self.model.decoder.layers
-
-    def config(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def tensors(self) -> dict[str, Tensor]:
-        raise NotImplementedError
-
-
-def _shown(value: Any) -> str:
-    if value is None:
-        return "null"
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _split_projection(attention: Any, query_scale: float) -> tuple[Tensor, ...]:
-    """W_Q, W_K, W_V and their biases from the stacked projection, W_Q × the query scale."""
-    weight, bias = attention.in_proj.weight.detach(), _bias(attention.in_proj)
-    q, k, v = weight.split(attention.split_sizes)
-    bq, bk, bv = bias.split(attention.split_sizes)
-    return q * query_scale, k, v, bq * query_scale, bk, bv
 
 
 class GPT2Mapping(Mapping):
@@ -135,7 +74,7 @@ class GPT2Mapping(Mapping):
         "name": ("decoder_only",), "norm": ("pre",), "norm_type": ("layernorm",),
         "pos": ("learned",), "ffn": tuple(ACTIVATIONS), "attention": ("full",),
         "block": ("sequential",), "qk_norm": (False,), "prefix_lm": (False,),
-        "embed_norm": (False,), "pad_id": (PAD,),
+        "embed_norm": (False,), "pad_id": (PAD,), **NO_SOFTCAP,
     }  # fmt: skip
 
     def config(self) -> dict[str, Any]:
@@ -189,7 +128,8 @@ class LlamaMapping(Mapping):
         "name": ("decoder_only",), "norm": ("pre",), "norm_type": ("rmsnorm",),
         "pos": ("rope",), "ffn": tuple(GATES), "attention": ("full",),
         "block": ("sequential",), "qk_norm": (False,), "prefix_lm": (False,),
-        "embed_norm": (False,), "pad_id": (PAD,),
+        "embed_norm": (False,), "pad_id": (PAD,), **NO_SOFTCAP,
+        "rotary_fraction": (1.0,),  # rope_theta maps to config.json's own key
     }  # fmt: skip
     grouped_kv = True
 
@@ -203,8 +143,8 @@ class LlamaMapping(Mapping):
             "num_key_value_heads": cfg.n_kv_heads or cfg.n_heads, "head_dim": cfg.d_head,
             "hidden_act": GATES[cfg.ffn], "max_position_embeddings": cfg.max_len,
             "rms_norm_eps": 1e-5,  # attnlab's RMSNorm
-            "rope_theta": 10000.0,
-            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+            "rope_theta": float(cfg.rope_theta),
+            "rope_parameters": {"rope_type": "default", "rope_theta": float(cfg.rope_theta)},
             "attention_bias": cfg.bias, "mlp_bias": False, "attention_dropout": cfg.attn_dropout,
         }  # fmt: skip
 
@@ -239,34 +179,6 @@ class LlamaMapping(Mapping):
         return out
 
 
-def half_split_rows(n_heads: int, d_head: int) -> Tensor:
-    """Row order taking interleaved rotary pairs to half-split ones, head by head."""
-    within = torch.cat((torch.arange(0, d_head, 2), torch.arange(1, d_head, 2)))
-    return (torch.arange(n_heads).unsqueeze(1) * d_head + within).flatten()
-
-
-def _bias(module: Any) -> Tensor:
-    """A linear map's or norm's bias; zeros under ``model.bias=false``, which compute the
-    same as none where the target class always has one (GPT-2, BERT)."""
-    if module.bias is not None:
-        return module.bias.detach()
-    return torch.zeros(module.weight.shape[0], dtype=module.weight.dtype)
-
-
-def _norm(name: str, norm: Any) -> dict[str, Tensor]:
-    return {f"{name}.weight": norm.weight.detach(), f"{name}.bias": _bias(norm)}
-
-
-def _linear(name: str, linear: Any, bias: bool = True) -> dict[str, Tensor]:
-    out = {f"{name}.weight": linear.weight.detach()}
-    return out | {f"{name}.bias": _bias(linear)} if bias else out
-
-
-def _conv1d(name: str, linear: Any) -> dict[str, Tensor]:
-    """GPT-2's Conv1D: y = x W + b with W (in, out), nn.Linear's weight transposed."""
-    return {f"{name}.weight": linear.weight.detach().t(), f"{name}.bias": _bias(linear)}
-
-
 class BertMapping(Mapping):
     """``BertModel``: E = LN(token + position + segment); x ← LN(x + Attn(x)); x ← LN(x + FFN(x))
     (Devlin et al. 2019, §3; Post-LN as Vaswani et al. §3.1). attnlab has no segments: one
@@ -278,6 +190,7 @@ class BertMapping(Mapping):
         "name": ("encoder_only",), "norm": ("post",), "norm_type": ("layernorm",),
         "pos": ("learned",), "ffn": tuple(ACTIVATIONS), "attention": ("full",),
         "block": ("sequential",), "qk_norm": (False,), "embed_norm": (True,), "pad_id": (PAD,),
+        **NO_SOFTCAP,
     }  # fmt: skip
 
     def __init__(self, model: Any) -> None:
@@ -329,9 +242,10 @@ class BertMapping(Mapping):
         return self.model.encoder.layers
 
 
-MAPPINGS: tuple[type[Mapping], ...] = (GPT2Mapping, LlamaMapping, BertMapping)
+MAPPINGS: tuple[type[Mapping], ...] = (GPT2Mapping, LlamaMapping, BertMapping, Gemma2Mapping)
 # what makes a decoder "Llama-like": a mismatch is then reported against Llama, not GPT-2
 LLAMA_SIGNS = {"norm_type": ("rmsnorm",), "pos": ("rope",), "ffn": tuple(GATES)}
+GEMMA_SIGNS = {"ffn": "geglu", "norm": "sandwich"}  # both, or either soft-cap
 
 
 def choose_mapping(cfg: ModelConfig, task: str) -> type[Mapping]:
@@ -354,16 +268,24 @@ def choose_mapping(cfg: ModelConfig, task: str) -> type[Mapping]:
             f"format=hf exports language models; this run was trained on {task} data, whose "
             "classification head has no counterpart in a causal-LM class: use format=native"
         )
+    capped = [k for k in NO_SOFTCAP if cfg.get(k) is not None]
+    if capped or all(cfg.get(k) == v for k, v in GEMMA_SIGNS.items()):
+        return _checked(Gemma2Mapping, cfg, capped)
     llama_like = any(getattr(cfg, k) in v for k, v in LLAMA_SIGNS.items())
     return _checked(LlamaMapping if llama_like else GPT2Mapping, cfg)
 
 
-def _checked(mapping: type[Mapping], cfg: ModelConfig) -> type[Mapping]:
+def _checked(mapping: type[Mapping], cfg: ModelConfig, capped: list[str] | None = None
+             ) -> type[Mapping]:  # fmt: skip
     problem = mapping.mismatch(cfg)
     if problem is not None:
+        why = ""
+        if capped:  # say why this class: the soft-cap is never exported as something else
+            why = (f"model.{capped[0]}={_shown(cfg.get(capped[0]))} is Gemma 2's logit "
+                   f"soft-capping, which only {mapping.hf_class} computes, and ")  # fmt: skip
         raise ConfigError(
-            f"format=hf: {problem} has no equivalent in {mapping.hf_class}; export a model "
-            "with that option as listed, or use format=native"
+            f"format=hf: {why}{problem} has no equivalent in {mapping.hf_class}; export a "
+            "model with that option as listed, or use format=native"
         )
     return mapping
 
@@ -380,7 +302,7 @@ def export_weights(model: Any, task: str) -> tuple[dict[str, Any], dict[str, Ten
 def folds(mapping: Mapping) -> list[str]:
     """What the export folded into the weights, for the model card."""
     notes = []
-    if mapping.embedding_scale != 1.0:
+    if mapping.embedding_scale != 1.0 and not mapping.scales_embeddings:
         notes.append(
             f"the token embedding's scale √d_model = {mapping.embedding_scale:.6g} is folded "
             "into the input table"
@@ -405,4 +327,3 @@ def check_finite(tensors: dict[str, Tensor]) -> None:
     if bad is not None:
         raise ConfigError(f"the weights hold NaN or inf ({bad}); export a checkpoint from "
                           "before the run diverged (ckpt_path=…)")  # fmt: skip
-

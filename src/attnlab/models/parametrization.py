@@ -53,6 +53,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.errors import ConfigError
+from attnlab.nn.kernels import soft_cap
 
 if TYPE_CHECKING:
     from attnlab.model_config import ModelConfig
@@ -63,12 +64,14 @@ class Readout(nn.Linear):
     would change only its initialisation, never the multiplier."""
 
     multiplier: float = 1.0
+    softcap: float | None = None  # model.final_softcap: logits ← c·tanh(logits/c) (Gemma 2 §2)
 
     def forward(self, x: Tensor) -> Tensor:
         if self.multiplier == 1.0:
-            return super().forward(x)
-        # the multiplier scales x Wᵀ, not the bias (mup's MuReadout scales the input)
-        return F.linear(x * self.multiplier, self.weight, self.bias)
+            logits = super().forward(x)
+        else:  # the multiplier scales x Wᵀ, not the bias (mup's MuReadout scales the input)
+            logits = F.linear(x * self.multiplier, self.weight, self.bias)
+        return logits if self.softcap is None else soft_cap(logits, self.softcap)
 
 
 def base_config(cfg: ModelConfig) -> ModelConfig:

@@ -21,6 +21,7 @@ from attnlab.components.architectures import (
     EncoderDecoderConfig,
     EncoderOnlyConfig,
 )
+from attnlab.errors import ConfigError
 from attnlab.model_config import ModelConfig
 from attnlab.models.flops import output_flops, transformer_flops
 from attnlab.models.initialization import initialize
@@ -38,6 +39,10 @@ class TransformerModel(Architecture):
         super().__init__(cfg, task)
         self.embedding = TokenEmbedding(cfg.vocab_size, cfg.d_model, cfg.scale_embeddings)
         self.lm_head = Readout(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head.softcap = cfg.get("final_softcap")
+        if self.lm_head.softcap is not None and task not in ("lm", "seq2seq"):
+            raise ConfigError(f"model.final_softcap={self.lm_head.softcap} applies to lm or "
+                              f"seq2seq data, and this data is {task}; remove it")  # fmt: skip
 
     def _finish(self, n_layers: int, depths: dict[str, StackDepth]) -> None:
         """Initialise (``model.init``, then the residual scheme's own step per stack) and tie."""

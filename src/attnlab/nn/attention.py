@@ -79,10 +79,11 @@ class MultiHeadAttention(nn.Module):
     def __init__(
         self, d_model: int, n_heads: int, dropout: float = 0.0, impl: str = "sdpa",
         n_kv_heads: int | None = None, qk_norm: bool = False, norm_type: str = "layernorm",
-        kind: Any = None,
+        kind: Any = None, softcap: float | None = None,
     ) -> None:  # fmt: skip
         """``kind``: a :mod:`attnlab.nn.attention_kinds` kind for self-attention (None:
-        full attention); with ``impl`` it chooses the kernel (:func:`choose_kernel`)."""
+        full attention); with ``impl`` it chooses the kernel (:func:`choose_kernel`).
+        ``softcap``: ``model.attn_softcap``, logits ← c·tanh(logits/c) (Gemma 2, §2)."""
         super().__init__()
         assert d_model % n_heads == 0, "d_model must be divisible by n_heads"
         self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
@@ -97,7 +98,8 @@ class MultiHeadAttention(nn.Module):
         self.k_norm = make_norm(norm_type, self.d_head) if qk_norm else None
         # linear attention rotates its features, not q and k (RoFormer §3.4.3)
         self.rotates_inside = bool(getattr(kind, "rotates_features", False))
-        self.kernel: Kernel = choose_kernel(impl, kind)
+        self.softcap = softcap
+        self.kernel: Kernel = choose_kernel(impl, kind, softcap)
         self._chosen = self.kernel
         # queries × this before the kernel's 1/√d_head: μP's 1/d_head logits
         # (attnlab.models.parametrization); 1 under SP
@@ -111,8 +113,8 @@ class MultiHeadAttention(nn.Module):
 
     @record_weights.setter
     def record_weights(self, on: bool) -> None:
-        full = self.kind is None
-        self.kernel = ExplicitSoftmax(record=True) if on and full else self._chosen
+        recording = on and self.kind is None
+        self.kernel = ExplicitSoftmax(True, self.softcap) if recording else self._chosen
 
     @property
     def last_weights(self) -> Tensor | None:

@@ -15,6 +15,9 @@ of fewer than ``MIN_QUERIES`` queries (the blocked kernel, as above): on CPU tor
 computes FlexAttention's forward pass only (no backward), which is how the tests check
 it against the explicit reference. FlexAttention has no dropout; with ``attn_dropout``
 > 0 the blocked kernels are used.
+
+``model.attn_softcap`` joins as FlexAttention's ``score_mod`` (``soft_cap_mod``), which
+rewrites each score QKᵀ/√d before the mask, in the fused kernel (Gemma 2, §2).
 """
 
 from __future__ import annotations
@@ -89,11 +92,22 @@ def block_mask(
     return create_block_mask(rules.mask_mod(), batch, None, Tq, Tk, device=device)
 
 
+def soft_cap_mod(cap: float) -> Any:
+    """FlexAttention's ``score_mod`` of ``model.attn_softcap``: score ← c·tanh(score/c), the
+    score being QKᵀ/√d of one (batch, head, query, key) (Gemma 2, §2 "logit soft-capping")."""
+
+    def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return cap * torch.tanh(score / cap)
+
+    return score_mod
+
+
 def flex_attend(
     kind: AttentionKind, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None = None,
-    q_offset: int = 0, mask: Any = None,
+    q_offset: int = 0, mask: Any = None, softcap: float | None = None,
 ) -> Tensor:  # fmt: skip
-    """softmax(QKᵀ/√d + M)V with M = ``kind.pattern()`` and padding, (B, H, T_q, d).
+    """softmax(QKᵀ/√d + M)V with M = ``kind.pattern()`` and padding, (B, H, T_q, d);
+    ``softcap``: the scores capped first (``soft_cap_mod``).
 
     A query that sees no key gets a zero output, as in the other paths. ``mask``: the
     BlockMask of ``block_mask()`` when the caller shares one among layers (built here
@@ -103,5 +117,6 @@ def flex_attend(
         raise ConfigError(CPU_BACKWARD)
     if mask is None:
         mask = block_mask(kind, q.size(2), k.size(2), q_offset, key_real, q.device)
-    out = _kernel(q.device.type)(q, k, v, block_mask=mask)
+    capped = {} if softcap is None else {"score_mod": soft_cap_mod(softcap)}  # uncapped: as ever
+    out = _kernel(q.device.type)(q, k, v, block_mask=mask, **capped)
     return out.to(q.dtype)

@@ -19,6 +19,11 @@ A layer picks its kernel once, when it is built (:func:`choose_kernel`):
                        ``attn_impl=flex``, its explicit ``reference`` with ``math``
 =====================  ===========================================================
 
+``model.attn_softcap`` c bounds the logits before the mask and the softmax (Gemma 2, §2
+"logit soft-capping"): ``soft_cap``. SDPA and the blocked kernels have no place for it, so a
+capped layer computes its softmax written out, or through FlexAttention's ``score_mod``
+(:mod:`attnlab.nn.flex`) where that path is taken.
+
 Every kernel is called as ``kernel(q, past, inputs, dropout_p)``: the queries
 (B, H, T_q, d_h), the :class:`Past` it attends over (keys and values with H_kv heads,
 as a decoding cache returns them) and the stack's :class:`AttentionInputs`. It also
@@ -39,6 +44,13 @@ from torch import Tensor
 from attnlab.nn import flex
 
 
+def soft_cap(scores: Tensor, cap: float) -> Tensor:
+    """logits ← c · tanh(logits / c): smooth, monotone, bounded in (−c, c) and ≈ the identity
+    for |logits| ≪ c (Gemma Team 2024, "Gemma 2", §2 "logit soft-capping": c = 50 for
+    attention logits, 30 for the final layer's)."""
+    return cap * torch.tanh(scores / cap)
+
+
 def math_attention(
     q: Tensor,
     k: Tensor,
@@ -47,14 +59,20 @@ def math_attention(
     bias: Tensor | None = None,
     dropout_p: float = 0.0,
     is_causal: bool = False,
+    softcap: float | None = None,
 ) -> tuple[Tensor, Tensor]:
     """softmax(QKᵀ/√d_k + bias + M)V computed explicitly; returns (output, weights).
+
+    ``softcap`` c: softmax(c·tanh(QKᵀ/(√d_k·c)) + bias + M)V, the dot-product logits capped
+    before the position bias and the mask (Gemma 2, §2).
 
     A query whose every key is masked (cross-attention over an all-padding source)
     gets zero weights, hence a zero output, as ``F.scaled_dot_product_attention``
     returns, instead of the NaN of a softmax over nothing but −inf.
     """
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
+    if softcap is not None:
+        scores = soft_cap(scores, softcap)
     if is_causal:
         Tq, Tk = scores.shape[-2:]
         mask = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril(Tk - Tq)
@@ -198,15 +216,18 @@ class SoftmaxKernel:
 
 
 class ExplicitSoftmax(SoftmaxKernel):
-    """``math_attention``: the softmax written out. ``record``: keep the last weights."""
+    """``math_attention``: the softmax written out. ``record``: keep the last weights;
+    ``softcap``: cap the logits (``soft_cap``)."""
 
-    def __init__(self, record: bool = False) -> None:
-        self.record = record
+    def __init__(self, record: bool = False, softcap: float | None = None) -> None:
+        self.record, self.softcap = record, softcap
 
     def __call__(self, q: Tensor, past: Past, inputs: AttentionInputs, dropout_p: float) -> Tensor:
         k, v = repeat_kv(past.k, past.v, q.size(1))
         bias = self.bias(q, k, inputs)
-        out, weights = math_attention(q, k, v, inputs.mask, bias, dropout_p, inputs.is_causal)
+        out, weights = math_attention(
+            q, k, v, inputs.mask, bias, dropout_p, inputs.is_causal, self.softcap
+        )
         if self.record:
             self.last_weights = weights.detach()
         return out
@@ -262,10 +283,12 @@ class KindKernel:
     explicit reference; the sparse kinds go through FlexAttention on CUDA or with
     ``attn_impl=flex`` (:mod:`attnlab.nn.flex`), through their blocked kernels otherwise.
     Linear attention continuing a cache reads the running sums of ``past.state``.
+    ``softcap``: capped logits, through FlexAttention's ``score_mod`` where that path is
+    taken and written out (``capped``) where the reference or a blocked kernel would be.
     """
 
-    def __init__(self, kind: Any, impl: str) -> None:
-        self.kind, self.impl = kind, impl
+    def __init__(self, kind: Any, impl: str, softcap: float | None = None) -> None:
+        self.kind, self.impl, self.softcap = kind, impl, softcap
         self.keeps: Keeps = kind.keeps()
         self.last_weights: Tensor | None = None  # a kind records no weights
 
@@ -284,22 +307,36 @@ class KindKernel:
             raise ValueError("a kind that rotates its features attends over the new keys only")
         if real is not None:
             real = real[:, -k.size(2) :]
-        if self.impl == "math":
+        if self.impl == "math" and self.softcap is None:
             return kind.reference(q, k, v, real, q_offset, **rope)
         if flex.uses_flex(kind, self.impl, q, dropout_p, decoding=q_offset > 0):
             key = (T, k.size(2), q_offset)
             if key not in inputs.flex_masks:
                 inputs.flex_masks[key] = flex.block_mask(kind, *key, real, q.device)
-            return flex.flex_attend(kind, q, k, v, real, q_offset, inputs.flex_masks[key])
+            mask = inputs.flex_masks[key]
+            return flex.flex_attend(kind, q, k, v, real, q_offset, mask, self.softcap)
+        if self.softcap is not None:
+            return self.capped(q, k, v, real, q_offset, dropout_p)
         return kind.attend(q, k, v, real, q_offset, dropout_p, **rope)
+
+    def capped(
+        self, q: Tensor, k: Tensor, v: Tensor, key_real: Tensor | None, q_offset: int,
+        dropout_p: float,
+    ) -> Tensor:  # fmt: skip
+        """softmax(c·tanh(QKᵀ/(√d·c)) + M)V, M = the kind's pattern and padding, written out."""
+        visible = self.kind.visibility(q.size(2), k.size(2), q_offset, key_real, q.device).dense()
+        return math_attention(q, k, v, visible, dropout_p=dropout_p, softcap=self.softcap)[0]
 
 
 Kernel = SoftmaxKernel | KindKernel
 
 
-def choose_kernel(impl: str, kind: Any = None) -> Kernel:
+def choose_kernel(impl: str, kind: Any = None, softcap: float | None = None) -> Kernel:
     """The kernel of one attention layer: ``kind`` (an attention kind, None for full
-    attention) computed the way ``model.attn_impl`` says."""
+    attention) computed the way ``model.attn_impl`` says; capped logits (``softcap``) take
+    the written-out softmax for full attention, which SDPA cannot cap."""
     if kind is not None:
-        return KindKernel(kind, impl)
-    return ExplicitSoftmax() if impl == "math" else FusedSoftmax()
+        return KindKernel(kind, impl, softcap)
+    if impl == "math" or softcap is not None:
+        return ExplicitSoftmax(softcap=softcap)
+    return FusedSoftmax()

@@ -45,6 +45,7 @@ def attention(cfg: ModelConfig, causal: bool = False, cross: bool = False) -> Mu
     return MultiHeadAttention(
         cfg.d_model, cfg.n_heads, cfg.attn_dropout, cfg.attn_impl,
         n_kv_heads=cfg.n_kv_heads, qk_norm=cfg.qk_norm, norm_type=cfg.norm_type, kind=kind,
+        softcap=cfg.get("attn_softcap"),
     )  # fmt: skip
 
 

@@ -63,9 +63,9 @@ class Positions(nn.Module):
 
 
 
-def _angles(pos: Tensor, dim: int) -> Tensor:
-    """pos / 10000^(2i/dim) for i < dim/2; shape (..., T, dim/2)."""
-    inv_freq = 10000.0 ** (-torch.arange(0, dim, 2, device=pos.device, dtype=torch.float32) / dim)
+def _angles(pos: Tensor, dim: int, base: float = 10000.0) -> Tensor:
+    """pos / base^(2i/dim) for i < dim/2; shape (..., T, dim/2)."""
+    inv_freq = base ** (-torch.arange(0, dim, 2, device=pos.device, dtype=torch.float32) / dim)
     return pos.float().unsqueeze(-1) * inv_freq
 
 
@@ -181,8 +181,20 @@ class Sinusoidal2DPositions(GridPositions):
         return x + table.to(x.dtype)
 
 
+def rotated_dims(d_head: int, fraction: float) -> int:
+    """The features of a head that RoPE rotates: ⌊fraction·d_head⌋, as GPT-NeoX and litgpt
+    (``rotary_pct``, ``rotary_percentage``) count them."""
+    return int(d_head * fraction)
+
+
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate pairs (x_2i, x_2i+1) by position·θ_i (RoFormer, Su et al. 2021, eq. 34)."""
+    """Rotate pairs (x_2i, x_2i+1) by position·θ_i (RoFormer, Su et al. 2021, eq. 34); with
+    fewer angles than pairs (a rotary fraction), only the first 2·len(θ) features, the rest
+    passed through unrotated (GPT-NeoX's ``rotary_pct``)."""
+    rotated_dims = 2 * cos.size(-1)
+    if rotated_dims < x.size(-1):
+        rest = x[..., rotated_dims:]
+        return torch.cat((apply_rotary(x[..., :rotated_dims], cos, sin), rest), dim=-1)
     x1, x2 = x[..., 0::2], x[..., 1::2]
     rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
     return rotated.flatten(-2).type_as(x)
@@ -191,14 +203,25 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 class RotaryPositions(Positions):
     """Rotary position embedding (Su et al. 2021): rotate Q and K of every head.
 
-    q_mᵀk_n then depends on positions only through m − n.
+    q_mᵀk_n then depends on positions only through m − n. Pair i of r rotated features
+    turns by m·θ_i, θ_i = base^(−2i/r) (RoFormer eq. 15, base 10000; ``model.rope_theta``
+    sets the base, as Llama's ``rope_theta``). ``fraction``: only the first r =
+    ⌊fraction·d_head⌋ features of each head rotate, the others carry no position
+    (``model.rotary_fraction``; GPT-NeoX's ``rotary_pct``, Black et al. 2022, §2.1).
     """
 
+    def __init__(
+        self, d_model: int, n_heads: int, max_len: int, causal: bool, theta: float = 10000.0,
+        fraction: float = 1.0,
+    ) -> None:  # fmt: skip
+        super().__init__(d_model, n_heads, max_len, causal)
+        self.theta, self.rotated = theta, rotated_dims(d_model // n_heads, fraction)
+
     def rotary(self, pos: Tensor) -> tuple[Tensor, Tensor]:
-        angles = _angles(pos, self.d_model // self.n_heads)  # (…, T, d_head/2)
+        angles = _angles(pos, self.rotated, self.theta)  # (…, T, r/2)
         if angles.dim() == 2:
             angles = angles.unsqueeze(0)
-        angles = angles.unsqueeze(1)  # (B|1, 1, T, d_head/2): broadcast over heads
+        angles = angles.unsqueeze(1)  # (B|1, 1, T, r/2): broadcast over heads
         return angles.cos(), angles.sin()
 
 

@@ -126,6 +126,15 @@ def is_fsdp(module: Any) -> bool:
     return isinstance(module, FullyShardedDataParallel)
 
 
+def z_loss(logits: Tensor, labels: Tensor) -> Tensor:
+    """mean of log²Z over the positions whose label is not -100, Z = Σ_v exp(logit_v) the
+    softmax's normaliser: "an auxiliary loss of z_loss = 10⁻⁴ · log² Z to encourage the
+    softmax normalizer log(Z) to be close to 0" (Chowdhery et al. 2022, PaLM, §5)."""
+    log_z = torch.logsumexp(logits.float(), dim=-1)  # (…,)
+    real = labels != -100
+    return (log_z.square() * real).sum() / real.sum().clamp(min=1)
+
+
 class Task(L.LightningModule):
     """Base LightningModule: builds the model from ``model`` and owns the optimiser."""
 
@@ -150,6 +159,10 @@ class Task(L.LightningModule):
         self.model_cfg = model_config or ModelConfig.from_dict(dict(model), strict=False)
         self.optim_cfg = OptimConfig(**(optim or {}))
         self.task_cfg = TaskConfig(**(task or {}))
+        if self.task_cfg.z_loss and self.kind not in ("lm", "seq2seq"):  # never dropped silently
+            raise ConfigError(f"task.z_loss={self.task_cfg.z_loss} is PaLM's loss on a language "
+                              f"model's output softmax, and this task is {self.kind}; set "
+                              "task.z_loss=0")  # fmt: skip
         self.decode_cfg = DecodeConfig(**(decode or {}))
         self.seed = seed
         self.model: Architecture = (
@@ -192,6 +205,20 @@ class Task(L.LightningModule):
         (DeepSeek-V3, §2.1.2): once per optimizer step, after every accumulated batch."""
         super().optimizer_step(*args, **kwargs)
         update_biases(self.model)
+
+    def training_loss(self, logits: Tensor, labels: Tensor, batch_size: int) -> Tensor:
+        """The step's objective: the cross-entropy, logged as ``train/loss``, plus, with
+        ``task.z_loss`` α, PaLM's auxiliary α·log²Z (:func:`z_loss`), logged apart as
+        ``train/z_loss`` so that ``train/loss`` stays comparable across runs, plus the
+        model's own auxiliary losses (:meth:`with_auxiliary_losses`)."""
+        loss = self.loss(logits, labels)
+        self.log_train_loss(loss, batch_size)
+        if self.task_cfg.z_loss:
+            term = self.task_cfg.z_loss * z_loss(logits, labels)
+            if self._logs_this_step():
+                self.log("train/z_loss", term, batch_size=batch_size)
+            loss = loss + term
+        return self.with_auxiliary_losses(loss, batch_size)
 
     def loss(self, logits: Tensor, labels: Tensor, smoothing: float | None = None) -> Tensor:
         """Cross-entropy over positions whose label is not -100, with label smoothing (§5.4)."""

@@ -88,9 +88,7 @@ class LanguageModelTask(Task):
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         inputs, labels = self.inputs_and_labels(batch["tokens"], labels=batch.get("labels"))
-        loss = self.loss(self.logits(inputs, batch), labels)
-        self.log_train_loss(loss, inputs.size(0))
-        return self.with_auxiliary_losses(loss, inputs.size(0))
+        return self.training_loss(self.logits(inputs, batch), labels, inputs.size(0))
 
     def _evaluate(self, batch: dict[str, Tensor], batch_idx: int, stage: str) -> None:
         tokens = batch["tokens"]

@@ -162,9 +162,7 @@ class Seq2SeqTask(Task):
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         logits, labels = self(batch["src"], batch["tgt"])
-        loss = self.loss(logits, labels)
-        self.log_train_loss(loss, batch["src"].size(0))
-        return self.with_auxiliary_losses(loss, batch["src"].size(0))
+        return self.training_loss(logits, labels, batch["src"].size(0))
 
     @torch.no_grad()
     def translate(self, src: Tensor) -> Tensor:
