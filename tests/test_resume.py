@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -42,11 +43,27 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]
     return _train(run_dir, TOTAL), run_dir
 
 
-def _interrupted(run_dir: Path, stop: int) -> dict:
-    first = _train(run_dir, stop)
+def _interrupted(run_dir: Path, stop: int, *extra: str) -> dict:
+    first = _train(run_dir, stop, *extra)
     assert first["status"] == "completed"
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
-    return _train(run_dir, TOTAL, "ckpt_path=last")
+    return _train(run_dir, TOTAL, "ckpt_path=last", *extra)
+
+
+@pytest.fixture(scope="module")
+def references(
+    uninterrupted: tuple[dict, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], tuple[dict, Path]]:
+    """The uninterrupted run with each optimiser (``optim.name``), trained once."""
+    runs = {"adamw": uninterrupted}
+
+    def reference(optimiser: str) -> tuple[dict, Path]:
+        if optimiser not in runs:
+            run_dir = tmp_path_factory.mktemp(f"uninterrupted_{optimiser}")
+            runs[optimiser] = _train(run_dir, TOTAL, f"optim.name={optimiser}"), run_dir
+        return runs[optimiser]
+
+    return reference
 
 
 def _val_losses(run_dir: Path) -> list[float]:
@@ -55,13 +72,16 @@ def _val_losses(run_dir: Path) -> list[float]:
 
 
 @pytest.mark.parametrize(
-    "stop", [STEPS_PER_EPOCH + 2, STEPS_PER_EPOCH], ids=["mid-epoch", "epoch-end"]
-)
+    ("optimiser", "stop"),
+    [("adamw", STEPS_PER_EPOCH + 2), ("adamw", STEPS_PER_EPOCH), ("muon", STEPS_PER_EPOCH + 2),
+     ("lion", STEPS_PER_EPOCH + 2), ("adafactor", STEPS_PER_EPOCH + 2)],
+    ids=["mid-epoch", "epoch-end", "muon-mid-epoch", "lion-mid-epoch", "adafactor-mid-epoch"],
+)  # fmt: skip
 def test_a_resumed_run_ends_with_the_same_val_loss_as_an_uninterrupted_one(
-    uninterrupted: tuple[dict, Path], tmp_path: Path, stop: int
+    references: Callable[[str], tuple[dict, Path]], tmp_path: Path, optimiser: str, stop: int
 ) -> None:
-    reference, reference_dir = uninterrupted
-    resumed = _interrupted(tmp_path, stop)
+    reference, reference_dir = references(optimiser)
+    resumed = _interrupted(tmp_path, stop, f"optim.name={optimiser}")
     assert resumed["status"] == "completed"
     final = reference["metrics"]["val/loss"]
     assert resumed["metrics"]["val/loss"] == pytest.approx(final, abs=1e-6)

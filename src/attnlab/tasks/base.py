@@ -135,6 +135,18 @@ class Task(L.LightningModule):
             "lr_scheduler": {"scheduler": schedule, "interval": "step"},
         }
 
+    def on_train_start(self) -> None:
+        """Each group's learning rate from this run's schedule at the step it starts from.
+        A checkpoint holds the rate its own schedule set for the next step: a run that
+        continues it with another budget (a wsd cool-down) takes its first step at its own."""
+        scheduler = self.lr_schedulers()
+        if isinstance(scheduler, LambdaLR):
+            groups = scheduler.optimizer.param_groups
+            for group, base, factor in zip(groups, scheduler.base_lrs, scheduler.lr_lambdas,
+                                           strict=True):  # fmt: skip
+                group["lr"] = base * factor(scheduler.last_epoch)
+            scheduler._last_lr = [group["lr"] for group in groups]  # what get_last_lr() reports
+
     def _check_branch(self, total: int) -> None:
         """A wsd run continued from a checkpoint (a cool-down branched from a stable run)
         decays over the last ``decay_fraction`` of its own budget: refused when the
