@@ -4,13 +4,18 @@ trains through the real configs."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+from attnlab import train as attnlab_train
+from attnlab.errors import ConfigError
 from attnlab.models import ModelConfig
+from attnlab.models.parametrization import lr_multipliers
 from attnlab.optim.build import MuonWithAdamW, is_hidden_matrix
 from attnlab.optim.lion import Lion
 from attnlab.optim.registry import OPTIMISERS, SCHEDULES, optim_config
@@ -20,6 +25,7 @@ from attnlab.options import SCHEDULES as SCHEDULE_NAMES
 from attnlab.tasks.base import Task
 from attnlab.train import train
 from cli_runs import TINY, compose_run
+from test_bad_inputs import one_error_line
 
 MODEL = {"name": "decoder_only", "d_model": 32, "n_heads": 2, "n_layers": 2, "dropout": 0.0,
          "vocab_size": 20, "tie_embeddings": False}  # fmt: skip
@@ -93,8 +99,6 @@ def test_a_muon_update_has_the_rms_of_adamws_update() -> None:
 def test_mup_learning_rates_reach_muons_matrices_as_adamws() -> None:
     """Under μP (width 32, base 16) each hidden matrix's learning rate is lr·m and its decay
     λ/m with m = 16/32, the multipliers μP gives AdamW's groups: Muon's groups carry them."""
-    from attnlab.models.parametrization import lr_multipliers
-
     module = task({"name": "muon", "lr": 0.01, "weight_decay": 0.1},
                   param="mup", mup_base_width=16)  # fmt: skip
     multiplier = lr_multipliers(module)
@@ -127,10 +131,6 @@ def test_wsd_warms_up_holds_then_decays_over_its_last_fraction(shape: str, decay
 
 
 def test_a_decaying_schedule_without_a_run_length_is_refused() -> None:
-    from types import SimpleNamespace
-
-    from attnlab.errors import ConfigError
-
     module = task({"schedule": "wsd"})
     endless = SimpleNamespace(estimated_stepping_batches=float("inf"))
     module.trainer = endless  # type: ignore[assignment]
@@ -186,14 +186,36 @@ def test_a_cooldown_branched_from_a_stable_wsd_checkpoint_ends_like_a_run_of_tha
                   tmp_path / "alone")  # fmt: skip
     assert branched["status"] == alone["status"] == "completed"
     assert branched["metrics"]["val/loss"] == pytest.approx(alone["metrics"]["val/loss"], abs=1e-6)
+    # its tokens count from the stable run's start: a point of attnlab-compare --fit nd
+    assert branched["tokens"] == alone["tokens"] > 0
 
 
 def test_a_branch_whose_checkpoint_is_past_its_decay_start_is_refused(
     stable_run: Path, tmp_path: Path
 ) -> None:
     """Step 6 with a budget of 10 steps: the decay starts after step 5 (the last half)."""
-    from attnlab.errors import ConfigError
-
     branch = [*WSD, "trainer.max_steps=10", f"ckpt_path={_checkpoint(stable_run, 6)}"]
     with pytest.raises(ConfigError, match="at step 6, past step 5 .* at least 12 steps"):
         train(compose_run(branch, tmp_path), tmp_path)
+
+
+def test_a_sweep_over_an_optim_key_no_job_reads_is_refused_before_its_first_job(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        attnlab_train.main(["-m", *TINY, "optim.name=adamw,lion", "optim.beta2_decay=-0.5",
+                            f"hydra.sweep.dir={tmp_path / 'sweep'}"])  # fmt: skip
+    assert exited.value.code == 2
+    assert "optim.beta2_decay does not apply to optim.name=adamw" in one_error_line(capfd)
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_a_sweep_optim_key_some_jobs_read_is_kept_for_them_only(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    sweep = tmp_path / "sweep"
+    assert attnlab_train.main(["-m", *TINY, "optim.name=adamw,adafactor", "optim.betas=[0.9,0.95]",
+                               f"hydra.sweep.dir={sweep}"]) == 0  # fmt: skip
+    assert "note: optim.betas: the jobs whose optimiser" in capfd.readouterr().err
+    summaries = [json.loads((sweep / job / "summary.json").read_text()) for job in ("0", "1")]
+    assert [s["status"] for s in summaries] == ["completed", "completed"]

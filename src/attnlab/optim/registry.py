@@ -171,11 +171,24 @@ class WSDConfig(Choice):
     }  # fmt: skip
 
 
+def set_keys(values: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The keys ``values`` sets (``???``: not set)."""
+    return {k: v for k, v in (values or {}).items() if not (isinstance(v, str) and v == UNSET)}
+
+
+def read_keys(values: Mapping[str, Any] | None) -> set[str]:
+    """The ``optim`` keys the optimiser and the schedule ``values`` chooses read."""
+    given = set_keys(values)
+    optimiser = OPTIMISERS.get(given.get("name", OPTIMISERS.default))
+    schedule = SCHEDULES.get(given.get("schedule", SCHEDULES.default))
+    return {*COMMON, *optimiser.keys, *schedule.keys}
+
+
 def optim_config(values: Mapping[str, Any] | None, strict: bool = True) -> OptimConfig:
     """The checked :class:`OptimConfig` of the ``optim`` keys ``values`` sets (``???``: not
     set): each key's type, that the chosen optimiser or schedule reads it, then its range.
     ``strict=False`` drops a key neither reads (a config saved before they were refused)."""
-    given = {k: v for k, v in (values or {}).items() if not (isinstance(v, str) and v == UNSET)}
+    given = set_keys(values)
     hints = typing.get_type_hints(OptimConfig)
     check_keys(given, {f.name: hints[f.name] for f in dataclasses.fields(OptimConfig)}, "optim.")
     optimiser = OPTIMISERS.get(given.get("name", OPTIMISERS.default))
