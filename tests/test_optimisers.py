@@ -190,12 +190,19 @@ def test_a_cooldown_branched_from_a_stable_wsd_checkpoint_ends_like_a_run_of_tha
     assert branched["tokens"] == alone["tokens"] > 0
 
 
-def test_a_branch_whose_checkpoint_is_past_its_decay_start_is_refused(
-    stable_run: Path, tmp_path: Path
+@pytest.mark.parametrize(
+    ("step", "budget", "says"),
+    [(4, 6, "at step 4, past step 3 where optim.schedule=wsd starts decaying .* at least 8"),
+     (6, 12, "at step 6, in its run's decay \\(from step 5 of 10\\)")],
+    ids=["past-the-branchs-decay-start", "in-the-stable-runs-decay"],
+)  # fmt: skip
+def test_a_branch_from_a_checkpoint_off_the_stable_rate_is_refused(
+    stable_run: Path, tmp_path: Path, step: int, budget: int, says: str
 ) -> None:
-    """Step 6 with a budget of 10 steps: the decay starts after step 5 (the last half)."""
-    branch = [*WSD, "trainer.max_steps=10", f"ckpt_path={_checkpoint(stable_run, 6)}"]
-    with pytest.raises(ConfigError, match="at step 6, past step 5 .* at least 12 steps"):
+    """Step 4 with a budget of 6 would decay from step 3 (the last half of 6); step 6 is
+    already in the stable run's own decay (after step 5 of 10)."""
+    branch = [*WSD, f"trainer.max_steps={budget}", f"ckpt_path={_checkpoint(stable_run, step)}"]
+    with pytest.raises(ConfigError, match=says):
         train(compose_run(branch, tmp_path), tmp_path)
 
 

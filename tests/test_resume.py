@@ -54,14 +54,15 @@ def _interrupted(run_dir: Path, stop: int, *extra: str) -> dict:
 def references(
     uninterrupted: tuple[dict, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> Callable[[str], tuple[dict, Path]]:
-    """The uninterrupted run with each optimiser (``optim.name``), trained once."""
-    runs = {"adamw": uninterrupted}
+    """The uninterrupted run with each optimiser or schedule (``optim`` overrides, separated
+    by spaces), trained once."""
+    runs = {"optim.name=adamw": uninterrupted}
 
-    def reference(optimiser: str) -> tuple[dict, Path]:
-        if optimiser not in runs:
-            run_dir = tmp_path_factory.mktemp(f"uninterrupted_{optimiser}")
-            runs[optimiser] = _train(run_dir, TOTAL, f"optim.name={optimiser}"), run_dir
-        return runs[optimiser]
+    def reference(optim: str) -> tuple[dict, Path]:
+        if optim not in runs:
+            run_dir = tmp_path_factory.mktemp("uninterrupted")
+            runs[optim] = _train(run_dir, TOTAL, *optim.split()), run_dir
+        return runs[optim]
 
     return reference
 
@@ -72,16 +73,19 @@ def _val_losses(run_dir: Path) -> list[float]:
 
 
 @pytest.mark.parametrize(
-    ("optimiser", "stop"),
-    [("adamw", STEPS_PER_EPOCH + 2), ("adamw", STEPS_PER_EPOCH), ("muon", STEPS_PER_EPOCH + 2),
-     ("lion", STEPS_PER_EPOCH + 2), ("adafactor", STEPS_PER_EPOCH + 2)],
-    ids=["mid-epoch", "epoch-end", "muon-mid-epoch", "lion-mid-epoch", "adafactor-mid-epoch"],
+    ("optim", "stop"),
+    [("optim.name=adamw", STEPS_PER_EPOCH + 2), ("optim.name=adamw", STEPS_PER_EPOCH),
+     ("optim.name=muon", STEPS_PER_EPOCH + 2), ("optim.name=lion", STEPS_PER_EPOCH + 2),
+     ("optim.name=adafactor", STEPS_PER_EPOCH + 2),
+     ("optim.schedule=wsd optim.decay_fraction=0.5", 10)],  # decaying after step 6 of 12
+    ids=["mid-epoch", "epoch-end", "muon-mid-epoch", "lion-mid-epoch", "adafactor-mid-epoch",
+         "wsd-mid-decay"],
 )  # fmt: skip
 def test_a_resumed_run_ends_with_the_same_val_loss_as_an_uninterrupted_one(
-    references: Callable[[str], tuple[dict, Path]], tmp_path: Path, optimiser: str, stop: int
+    references: Callable[[str], tuple[dict, Path]], tmp_path: Path, optim: str, stop: int
 ) -> None:
-    reference, reference_dir = references(optimiser)
-    resumed = _interrupted(tmp_path, stop, f"optim.name={optimiser}")
+    reference, reference_dir = references(optim)
+    resumed = _interrupted(tmp_path, stop, *optim.split())
     assert resumed["status"] == "completed"
     final = reference["metrics"]["val/loss"]
     assert resumed["metrics"]["val/loss"] == pytest.approx(final, abs=1e-6)

@@ -70,7 +70,8 @@ class OptimConfig:
         _require(0 < self.decay_fraction <= 1, "optim.decay_fraction", self.decay_fraction,
                  "in (0, 1], e.g. 0.2")  # fmt: skip
         _require(0 <= self.momentum < 1, "optim.momentum", self.momentum, "in [0, 1)")
-        _require(self.ns_steps >= 1, "optim.ns_steps", self.ns_steps, "an integer >= 1")
+        _require(1 <= self.ns_steps <= 100, "optim.ns_steps", self.ns_steps,
+                 "an integer in [1, 100] (5 in Jordan et al. 2024)")  # fmt: skip
         _require(self.beta2_decay < 0, "optim.beta2_decay", self.beta2_decay, "< 0, e.g. -0.8")
 
 

@@ -317,7 +317,6 @@ def train(
         if resume_from:
             step = pipeline.check_resumable(task, resume_from)
             resume_step = sys.maxsize if step is None else step
-            task.resume_step = step
         outcome = outcome if outcome is not None else Outcome()
         callbacks = pipeline.build_callbacks(cfg, outcome)
         loggers = pipeline.build_loggers(cfg, run_dir, resume_step)

@@ -29,6 +29,14 @@ def decay_start(cfg: OptimConfig, total_steps: int) -> int:
     return max(cfg.warmup_steps, total_steps - round(cfg.decay_fraction * total_steps))
 
 
+def shortest_budget(cfg: OptimConfig, step: int) -> int:
+    """The fewest total steps whose wsd decay starts at ``step`` or later."""
+    total = step
+    while decay_start(cfg, total) < step:
+        total += 1
+    return total
+
+
 def lr_multiplier(step: int, cfg: OptimConfig, d_model: int, total_steps: int) -> float:
     """Factor applied to ``optim.lr`` at optimizer step ``step`` (0-based).
 

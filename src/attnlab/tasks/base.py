@@ -6,7 +6,6 @@ itself comes from :mod:`attnlab.models`.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import lightning as L
@@ -21,7 +20,7 @@ from attnlab.models import Architecture, ModelConfig, build_model
 from attnlab.models.parametrization import lr_multipliers
 from attnlab.optim.build import _no_decay, build_optimizer, param_groups
 from attnlab.optim.registry import optim_config
-from attnlab.optim.schedules import decay_start, lr_multiplier, needs_length
+from attnlab.optim.schedules import decay_start, lr_multiplier, needs_length, shortest_budget
 from attnlab.options import SCHEDULES, OptimConfig, TaskConfig
 
 __all__ = ["SCHEDULES", "OptimConfig", "TaskConfig", "Task", "lr_multiplier", "param_groups",
@@ -69,7 +68,6 @@ class Task(L.LightningModule):
         self.save_hyperparameters(ignore=["model_config", "architecture"])
         self.model_cfg = model_config or ModelConfig.from_dict(dict(model), strict=False)
         self.optim_cfg = optim_config(optim, strict=False)
-        self.resume_step: int | None = None  # set when a run continues a checkpoint
         self.task_cfg = TaskConfig(**(task or {}))
         self.decode_cfg = DecodeConfig(**(decode or {}))
         self.seed = seed
@@ -127,7 +125,7 @@ class Task(L.LightningModule):
         names = {id(p): name for name, p in self.named_parameters()}
         optimizer = build_optimizer(groups, cfg, fused, names)
         total = (cfg.decay_steps or self._total_steps()) if needs_length(cfg) else 0
-        self._check_branch(total)
+        self.schedule_steps = total
         d_model = self.model_cfg.d_model
         schedule = LambdaLR(optimizer, lambda step: lr_multiplier(step, cfg, d_model, total))
         return {
@@ -135,32 +133,52 @@ class Task(L.LightningModule):
             "lr_scheduler": {"scheduler": schedule, "interval": "step"},
         }
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["schedule_steps"] = getattr(self, "schedule_steps", 0)  # the decay's length
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        optim = (checkpoint.get("hyper_parameters") or {}).get("optim")
+        self.saved_schedule = (optim_config(optim, strict=False), checkpoint.get("schedule_steps"))
+
     def on_train_start(self) -> None:
-        """Each group's learning rate from this run's schedule at the step it starts from.
-        A checkpoint holds the rate its own schedule set for the next step: a run that
-        continues it with another budget (a wsd cool-down) takes its first step at its own."""
+        """A run that continues a checkpoint with another budget is checked
+        (:meth:`_check_branch`), then each group's learning rate is set from this run's
+        schedule at the step it starts from: a checkpoint holds the rate its own schedule
+        set for the next step, and a wsd cool-down takes its first step at its own."""
+        self._check_branch()
         scheduler = self.lr_schedulers()
         if isinstance(scheduler, LambdaLR):
             groups = scheduler.optimizer.param_groups
             for group, base, factor in zip(groups, scheduler.base_lrs, scheduler.lr_lambdas,
                                            strict=True):  # fmt: skip
                 group["lr"] = base * factor(scheduler.last_epoch)
-            scheduler._last_lr = [group["lr"] for group in groups]  # what get_last_lr() reports
 
-    def _check_branch(self, total: int) -> None:
-        """A wsd run continued from a checkpoint (a cool-down branched from a stable run)
-        decays over the last ``decay_fraction`` of its own budget: refused when the
-        checkpoint's step is already past the start of that decay."""
-        step, cfg = self.resume_step, self.optim_cfg
-        if cfg.schedule != "wsd" or step is None or step <= decay_start(cfg, total):
+    def _check_branch(self) -> None:
+        """A wsd cool-down branched from a stable run's checkpoint with another budget decays
+        over the last ``decay_fraction`` of its own budget: refused when the checkpoint is
+        past the start of that decay, or already in its own run's decay (not on the stable
+        rate). The same budget resumes as it was, at any step."""
+        cfg, saved = self.optim_cfg, getattr(self, "saved_schedule", None)
+        trainer = attached_trainer(self)
+        if cfg.schedule != "wsd" or saved is None or trainer is None:
             return
-        raise ConfigError(
-            f"the checkpoint is at step {step}, past step {decay_start(cfg, total)} where "
-            f"optim.schedule=wsd starts decaying over the last optim.decay_fraction="
-            f"{cfg.decay_fraction} of {total} steps; give a budget (trainer.max_steps or "
-            f"optim.decay_steps) of at least {math.ceil(step / (1 - cfg.decay_fraction))} "
-            "steps, or an earlier checkpoint"
-        )
+        (old, old_steps), step, total = saved, trainer.global_step, self.schedule_steps
+        if old_steps == total and old.decay_fraction == cfg.decay_fraction:
+            return
+        if old.schedule == "wsd" and old_steps and step > decay_start(old, old_steps):
+            raise ConfigError(
+                f"the checkpoint is at step {step}, in its run's decay (from step "
+                f"{decay_start(old, old_steps)} of {old_steps}), not on the stable learning "
+                "rate; branch a cool-down from a checkpoint of the stable phase"
+            )
+        if step > decay_start(cfg, total):
+            raise ConfigError(
+                f"the checkpoint is at step {step}, past step {decay_start(cfg, total)} where "
+                f"optim.schedule=wsd starts decaying over the last optim.decay_fraction="
+                f"{cfg.decay_fraction} of {total} steps; give a budget (trainer.max_steps or "
+                f"optim.decay_steps) of at least {shortest_budget(cfg, step)} "
+                "steps, or an earlier checkpoint"
+            )
 
     def configure_gradient_clipping(
         self, optimizer: Any, gradient_clip_val: float | None = None,
