@@ -226,3 +226,23 @@ def test_a_sweep_optim_key_some_jobs_read_is_kept_for_them_only(
     assert "note: optim.betas: the jobs whose optimiser" in capfd.readouterr().err
     summaries = [json.loads((sweep / job / "summary.json").read_text()) for job in ("0", "1")]
     assert [s["status"] for s in summaries] == ["completed", "completed"]
+
+
+def test_options_lists_every_optimiser_and_schedule_with_its_paper_and_keys(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert attnlab_train.main(["--options"]) == 0
+    rows, key = {}, ""
+    for line in capsys.readouterr().out.splitlines():
+        if line.strip():
+            key = line.split()[0] if not line[0].isspace() else key
+            words = line.split()[1:] if not line[0].isspace() else line.split()
+            rows[(key, words[0])] = " ".join(words[1:])
+    for family in (OPTIMISERS, SCHEDULES):
+        for choice in family:
+            assert (f"optim.{family.key}", choice.name) in rows, choice.name
+    assert "Chen et al. 2023" in rows["optim.name", "lion"]
+    assert "Liu et al. 2025" in rows["optim.name", "muon"]
+    assert "reads optim.momentum" in rows["optim.name", "muon"]
+    assert "Hägele et al. 2024" in rows["optim.schedule", "wsd"]
+    assert "reads optim.decay_fraction, optim.decay_shape" in rows["optim.schedule", "wsd"]
