@@ -246,3 +246,32 @@ def test_options_lists_every_optimiser_and_schedule_with_its_paper_and_keys(
     assert "reads optim.momentum" in rows["optim.name", "muon"]
     assert "Hägele et al. 2024" in rows["optim.schedule", "wsd"]
     assert "reads optim.decay_fraction, optim.decay_shape" in rows["optim.schedule", "wsd"]
+
+
+@pytest.mark.slow
+def test_wsd_branches_of_two_stable_runs_are_the_points_of_an_nd_scaling_fit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two widths, each one stable wsd run of 20 steps and cool-downs branched from its
+    steps 4, 8 and 12 (budgets 5, 10, 15): eight (N, D) points, read by --fit nd."""
+    from attnlab.compare.cli import main as compare
+
+    base = [*[a for a in WSD if not a.startswith(("optim.decay_fraction", "model.d_model"))],
+            "trainer.val_check_interval=2"]  # fmt: skip
+    for width in (16, 32):
+        stable = tmp_path / f"stable_{width}"
+        assert attnlab_train.main([*base, f"model.d_model={width}", "trainer.max_steps=20",
+                                   "+callbacks.model_checkpoint.every_n_train_steps=4",
+                                   "callbacks.model_checkpoint.save_top_k=-1",
+                                   f"hydra.run.dir={stable}"]) == 0  # fmt: skip
+        for step, budget in ((4, 5), (8, 10), (12, 15)):
+            assert attnlab_train.main([*base, f"model.d_model={width}",
+                                       f"trainer.max_steps={budget}",
+                                       f"ckpt_path={_checkpoint(stable, step)}",
+                                       f"hydra.run.dir={tmp_path / f'{width}_{budget}'}"]) == 0
+    capsys.readouterr()
+    assert compare([str(tmp_path), "--by", "optim.schedule", "--metric", "val/loss",
+                    "--fit", "nd"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "| wsd | 8 | 0 |" in out
+    assert "Scaling fit L(N, D)" in out and "optim.schedule=wsd: E = " in out
