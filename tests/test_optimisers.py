@@ -131,8 +131,11 @@ def test_wsd_warms_up_holds_then_decays_over_its_last_fraction(shape: str, decay
 
 
 def test_a_decaying_schedule_without_a_run_length_is_refused() -> None:
+    from lightning.pytorch.trainer.states import TrainerFn
+
     module = task({"schedule": "wsd"})
-    endless = SimpleNamespace(estimated_stepping_batches=float("inf"))
+    endless = SimpleNamespace(estimated_stepping_batches=float("inf"),
+                              state=SimpleNamespace(fn=TrainerFn.FITTING))  # fmt: skip
     module.trainer = endless  # type: ignore[assignment]
     with pytest.raises(ConfigError, match="optim.schedule=wsd decays over the run's steps"):
         module._total_steps()

@@ -86,8 +86,8 @@ class AdamWConfig(Choice):
 @OPTIMISERS.declare
 class MuonConfig(Choice):
     """O = NewtonSchulz₅(nesterov-momentum(g)), θ ← θ − η(0.2·√max(A,B)·O + λθ) on each
-    A×B hidden matrix (Jordan et al. 2024; Liu et al. 2025, §2.2 update-RMS matching, §2.1
-    decoupled decay); AdamW on embeddings, output head, norms and biases; torch.optim.Muon.
+    A×B hidden matrix (Jordan et al. 2024; Liu et al. 2025, §2.2: decoupled weight decay,
+    update-RMS matching); AdamW on embeddings, output head, norms and biases; torch.optim.Muon.
 
     ``optim.betas``, ``optim.eps`` and ``optim.fused`` set the AdamW part. The 0.2·√max(A,B)
     factor gives Muon's update AdamW's RMS (≈0.2), so one ``optim.lr`` and ``weight_decay``
@@ -112,8 +112,8 @@ class LionConfig(Choice):
     """c = β₁m + (1−β₁)g, θ ← θ − η(sign(c) + λθ), m ← β₂m + (1−β₂)g (Chen et al. 2023,
     "Symbolic Discovery of Optimization Algorithms", Alg. 2); attnlab.optim.lion.Lion.
 
-    Every update entry is ±η: the paper uses a learning rate 3–10× smaller and a weight
-    decay 3–10× larger than AdamW's (§3.1)."""
+    Every update entry is ±η: the paper advises a learning rate 3–10× smaller and a weight
+    decay 3–10× larger than AdamW's."""
 
     name = "lion"
     keys = {"betas": Key((0.9, 0.99), tuple[float, float], help="(β₁, β₂) of Alg. 2")}

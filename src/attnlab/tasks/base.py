@@ -10,6 +10,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 
@@ -233,15 +234,15 @@ class Task(L.LightningModule):
         """The run's optimizer steps, for a schedule that decays over them (``cosine``,
         ``wsd``) when ``optim.decay_steps`` is not set. A trainer setting Lightning refuses
         (``trainer.val_check_interval`` past an epoch) raises its ValueError here, which
-        the run reports in one line; a run without a length is refused."""
+        the run reports in one line; a fit whose number of steps is unknown is refused."""
         trainer = attached_trainer(self)
-        if trainer is None:  # a module used on its own (unit tests)
-            return 10_000
+        if trainer is None or trainer.state.fn != TrainerFn.FITTING:
+            return 10_000  # a module used on its own, or outside a fit (unit tests)
         steps = trainer.estimated_stepping_batches
         if not 0 < steps < 10**9:
             raise ConfigError(
                 f"optim.schedule={self.optim_cfg.schedule} decays over the run's steps, but "
-                "this run has no length (trainer.max_steps=-1, trainer.max_epochs=-1); set "
-                "optim.decay_steps, trainer.max_steps or trainer.max_epochs"
+                "their number is unknown (trainer.max_steps=-1 with trainer.max_epochs=-1, "
+                "or data of unknown length); set optim.decay_steps or trainer.max_steps"
             )
         return int(steps)
