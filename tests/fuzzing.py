@@ -168,7 +168,10 @@ def train_tiny(run_dir: Any, overrides: list[str]) -> Any:
 REGISTRY_VALUES = {"model.name" if key == "name" else f"model.{key}": family.names()
                    for key, family in FAMILIES.items()}  # fmt: skip
 OTHER_VALUES = {
-    "optim.schedule": ["cosine", "inverse_sqrt", "constant"],
+    "optim.schedule": ["cosine", "inverse_sqrt", "constant", "wsd"],
+    "optim.name": ["adamw", "muon", "lion", "adafactor"],
+    "optim.decay_shape": ["linear", "sqrt", "cosine"],
+    "optim.adjust_lr": ["match_rms_adamw", "original"],
     "decode.strategy": ["greedy", "sample", "beam"], "decode.cache": ["static", "dynamic", "auto"],
     "model.block": ["sequential", "parallel"], "model.init": ["paper", "xavier", "gpt2"],
     "model.tie_embeddings": ["true", "output", "false"], "model.attn_impl": ["sdpa", "math"],

@@ -96,6 +96,23 @@ CONFIG_CASES: dict[str, tuple[list[str], str]] = {
     "val_check_past_an_epoch": (
         ["optim.decay_steps=10", "trainer.val_check_interval=5"], "val_check_interval",
     ),  # fmt: skip
+    # optim.decay_steps unset: the schedule counts the batches first, and is refused the same
+    "val_check_past_an_epoch_counted_by_the_schedule": (
+        ["trainer.val_check_interval=5"], "trainer.val_check_interval=5",
+    ),  # fmt: skip
+    "optimiser_typo": (["optim.name=adam"], "optim.name=adam is not valid"),
+    "betas_under_adafactor": (
+        ["optim.name=adafactor", "optim.betas=[0.9,0.99]"],
+        "optim.betas does not apply to optim.name=adafactor",
+    ),  # fmt: skip
+    "muon_key_under_adamw": (["optim.momentum=0.9"], "optim.momentum does not apply"),
+    "wsd_key_under_cosine": (["optim.decay_fraction=0.1"], "optim.decay_fraction does not apply"),
+    "decay_key_under_constant": (
+        ["optim.schedule=constant", "optim.min_lr=0.1"], "optim.min_lr does not apply",
+    ),  # fmt: skip
+    "wsd_shape_typo": (["optim.schedule=wsd", "optim.decay_shape=exp"], "optim.decay_shape=exp"),
+    "muon_under_fsdp": (["optim.name=muon", "trainer=fsdp"], "optim.name=muon needs each"),
+    "adafactor_under_fsdp": (["optim.name=adafactor", "trainer=fsdp"], "optim.name=adafactor"),
     "real_key_needs_plus": (["trainer.detect_anomaly=true"], "+trainer.detect_anomaly=true"),
     "strategy_is_a_preset": (["trainer.strategy=ddp"], "trainer=ddp"),
     "flex_on_cpu": (
@@ -143,6 +160,7 @@ CONFIG_CASES: dict[str, tuple[list[str], str]] = {
 # refused after Hydra made the run directory (the job itself found it): a failed summary
 IN_THE_JOB = (
     "lightning_refuses", "val_check_past_an_epoch", "wandb_log_model_offline",
+    "val_check_past_an_epoch_counted_by_the_schedule",
     "max_len_source_sep_target", "max_len_teacher_forcing", "max_len_lm_block",
     "max_len_classification", "conv_kernel_wider_than_the_data", "addition_too_long",
 )  # fmt: skip

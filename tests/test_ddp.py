@@ -314,3 +314,15 @@ def test_a_ddp_run_on_tokens_resumed_on_one_process_continues_without_repeating(
     for step in range(6):
         read = _rows(parts, 0, step) + (_rows(parts, 1, step) if step < 3 else [])
         assert read == _rows(whole, 0, step), step
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("optimiser", ["muon", "lion", "adafactor"])
+def test_each_optimiser_trains_under_ddp_with_identical_ranks(
+    tmp_path: Path, optimiser: str
+) -> None:
+    done = train(tmp_path, ["-m", "attnlab.train", *OVERRIDES, f"optim.name={optimiser}"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(p.read_text()) for p in tmp_path.rglob("param_checksum_rank*.json")]
+    assert sorted(r["rank"] for r in records) == [0, 1]
+    assert records[0]["sha256"] == records[1]["sha256"]

@@ -43,6 +43,11 @@ VARIANTS = {
     "differential": ("model.attention=differential",),
     # a mixture of experts whose balancing bias moves each step: a buffer the resume restores
     "moe": ("model.ffn=moe", "model.moe_experts=4", "model.moe_bias_rate=0.05"),
+    # each optimiser's state, and a schedule stopped inside its decay
+    "muon": ("optim.name=muon",),
+    "lion": ("optim.name=lion",),
+    "adafactor": ("optim.name=adafactor",),
+    "wsd": ("optim.schedule=wsd", "optim.decay_fraction=0.5"),
 }
 
 
@@ -70,9 +75,12 @@ def _val_losses(run_dir: Path) -> list[float]:
 @pytest.mark.parametrize(
     ("uninterrupted", "stop"),
     [("full", STEPS_PER_EPOCH + 2), ("full", STEPS_PER_EPOCH), ("sigmoid", STEPS_PER_EPOCH + 2),
-     ("differential", STEPS_PER_EPOCH + 2), ("moe", STEPS_PER_EPOCH + 2)],
+     ("differential", STEPS_PER_EPOCH + 2), ("moe", STEPS_PER_EPOCH + 2),
+     ("muon", STEPS_PER_EPOCH + 2), ("lion", STEPS_PER_EPOCH + 2),
+     ("adafactor", STEPS_PER_EPOCH + 2), ("wsd", 10)],  # wsd: decaying after step 6 of 12
     ids=["mid-epoch", "epoch-end", "sigmoid-mid-epoch", "differential-mid-epoch",
-         "mid-epoch-ffn=moe"],
+         "mid-epoch-ffn=moe", "muon-mid-epoch", "lion-mid-epoch", "adafactor-mid-epoch",
+         "wsd-mid-decay"],
     indirect=["uninterrupted"],
 )  # fmt: skip
 def test_a_resumed_run_ends_with_the_same_val_loss_as_an_uninterrupted_one(

@@ -14,7 +14,10 @@ from typing import Any
 
 from attnlab.errors import ConfigError
 
-SCHEDULES = ("cosine", "inverse_sqrt", "constant")
+SCHEDULES = ("cosine", "inverse_sqrt", "constant", "wsd")  # attnlab.optim.registry
+OPTIMISERS = ("adamw", "muon", "lion", "adafactor")
+DECAY_SHAPES = ("linear", "sqrt", "cosine")
+MUON_SCALINGS = ("match_rms_adamw", "original")  # torch.optim.Muon's adjust_lr_fn
 STRATEGIES = ("greedy", "sample", "beam")
 DECODE_CACHES = ("auto", "static", "dynamic")
 
@@ -26,24 +29,35 @@ def _require(ok: bool, key: str, value: Any, rule: str) -> None:
 
 @dataclass
 class OptimConfig:
-    """``optim.*``: AdamW with warmup, then cosine decay or the paper's schedule."""
+    """``optim.*``: the optimiser, its learning rate and the schedule, resolved (each key a
+    value; :func:`attnlab.optim.registry.optim_config` checks which keys the chosen
+    optimiser and schedule read and fills in their own defaults)."""
 
+    name: str = "adamw"  # adamw | muon | lion | adafactor (attnlab.optim.registry)
     lr: float = 1e-3
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = 1e-9
     weight_decay: float = 0.01
     warmup_steps: int = 100
     schedule: str = "cosine"
-    min_lr: float = 0.0  # cosine floor
+    min_lr: float = 0.0  # the floor of a decay
     decay_steps: int | None = None  # None: the trainer's total number of steps
     fused: bool | None = None  # None: fused where Lightning can still clip gradients
+    decay_fraction: float = 0.2  # wsd: the share of the steps spent decaying
+    decay_shape: str = "sqrt"  # wsd: linear | sqrt (1 - √x) | cosine
+    momentum: float = 0.95  # muon
+    nesterov: bool = True  # muon
+    ns_steps: int = 5  # muon: Newton-Schulz iterations
+    adjust_lr: str = "match_rms_adamw"  # muon: match_rms_adamw | original
+    beta2_decay: float = -0.8  # adafactor
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)  # type: ignore[assignment]
-        if self.schedule not in SCHEDULES:
-            raise ConfigError(
-                f"optim.schedule={self.schedule} is not valid; use one of: {', '.join(SCHEDULES)}"
-            )
+        for key, allowed in (("schedule", SCHEDULES), ("name", OPTIMISERS),
+                             ("decay_shape", DECAY_SHAPES), ("adjust_lr", MUON_SCALINGS)):
+            if getattr(self, key) not in allowed:
+                raise ConfigError(f"optim.{key}={getattr(self, key)} is not valid; use one of: "
+                                  f"{', '.join(allowed)}")  # fmt: skip
         _require(self.lr > 0 and math.isfinite(self.lr), "optim.lr", self.lr, "a number > 0")
         _require(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "optim.betas",
                  list(self.betas), "two numbers in [0, 1), e.g. [0.9,0.98]")  # fmt: skip
@@ -53,6 +67,12 @@ class OptimConfig:
         _require(self.min_lr >= 0, "optim.min_lr", self.min_lr, ">= 0")
         _require(self.decay_steps is None or self.decay_steps > 0, "optim.decay_steps",
                  self.decay_steps, "an integer > 0 (or null)")  # fmt: skip
+        _require(0 < self.decay_fraction <= 1, "optim.decay_fraction", self.decay_fraction,
+                 "in (0, 1], e.g. 0.2")  # fmt: skip
+        _require(0 <= self.momentum < 1, "optim.momentum", self.momentum, "in [0, 1)")
+        _require(1 <= self.ns_steps <= 100, "optim.ns_steps", self.ns_steps,
+                 "an integer in [1, 100] (5 in Jordan et al. 2024)")  # fmt: skip
+        _require(self.beta2_decay < 0, "optim.beta2_decay", self.beta2_decay, "< 0, e.g. -0.8")
 
 
 @dataclass

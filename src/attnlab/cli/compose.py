@@ -217,6 +217,32 @@ def check_sweep_keys(compositions: list[DictConfig], checked: list[Any]) -> None
         keys = ", ".join(f"model.{k}" for k in skipped)
         print(f"note: {keys}: the jobs whose model does not read it run without it",
               file=sys.stderr)
+    check_sweep_optim_keys(compositions)
+
+
+def check_sweep_optim_keys(compositions: list[DictConfig]) -> None:
+    """An ``optim`` key set for a sweep must be read by the optimiser or schedule of at
+    least one of its jobs; the jobs that do not read it run without it, which a note says
+    (``optim.betas=[0.9,0.95]`` with ``optim.name=adamw,adafactor``)."""
+    from attnlab.errors import UserError
+    from attnlab.optim.registry import optim_config, read_keys, set_keys
+
+    optims = [OmegaConf.to_container(c.optim, resolve=True) if "optim" in c else {}
+              for c in compositions]  # fmt: skip
+    read = set().union(*(read_keys(o) for o in optims))
+    for optim in optims:
+        for key, value in set_keys(optim).items():
+            if key not in read:  # the one line that names who reads it
+                choice = {k: optim[k] for k in ("name", "schedule") if k in optim}
+                try:
+                    optim_config({**choice, key: value})
+                except UserError as exc:
+                    fail(str(exc))
+    skipped = sorted({k for o in optims for k in set_keys(o) if k not in read_keys(o)})
+    if skipped:
+        keys = ", ".join(f"optim.{k}" for k in skipped)
+        print(f"note: {keys}: the jobs whose optimiser or schedule does not read it run "
+              "without it", file=sys.stderr)  # fmt: skip
 
 
 def run_overrides(overrides: list[str]) -> list[str]:

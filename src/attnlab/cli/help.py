@@ -17,7 +17,7 @@ attnlab-train [overrides] [-m]: train a model (fit, then test on the best checkp
 
   attnlab-train model=decoder_only data=shakespeare_char model.norm=post seed=1
   attnlab-train -m model=decoder_only,encoder_decoder model.norm=pre,post   # a sweep
-  attnlab-train --options      # every value of every model.* key that takes a name; recipe keys
+  attnlab-train --options      # every value of every model.*/optim.* key that takes a name
   attnlab-train --hydra-help   # Hydra's own flags
 """
 

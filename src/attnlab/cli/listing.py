@@ -1,4 +1,5 @@
-"""``attnlab-train --options``: every value of every ``model.*`` key that takes a name.
+"""``attnlab-train --options``: every value of every ``model.*`` and ``optim.*`` key that
+takes a name.
 
 A component is shown with the first line of its config's docstring (which cites its paper)
 and the keys it reads, so a variant declared in :mod:`attnlab.components` (or registered at
@@ -69,7 +70,7 @@ def registry_rows() -> list[tuple[str, str, str]]:
         rows += [(f"model.{key}", c.name, c.summary() + reads(c)) for c in FAMILIES[key]]
     for key, values in NAMED.items():
         rows += [(key, name, rule) for name, rule in values.items()]
-    return [*rows, *pool_rows(FAMILIES["name"]), *recipe_rows()]
+    return [*rows, *pool_rows(FAMILIES["name"]), *optim_rows(), *recipe_rows()]
 
 
 def recipe_rows() -> list[tuple[str, str, str]]:
@@ -89,6 +90,18 @@ def recipe_rows() -> list[tuple[str, str, str]]:
         default = "null" if declared.default is None else str(declared.default)
         rows.append((f"model.{key}", default, f"{declared.help} ({declared.cite}){where}"))
     return rows + [(key, default, what) for key, (default, what) in TASK_RECIPES.items()]
+
+
+def optim_rows() -> list[tuple[str, str, str]]:
+    """``optim.name`` and ``optim.schedule``: each choice with its update rule, its paper and
+    the ``optim.*`` keys of its own (:mod:`attnlab.optim.registry`)."""
+    from attnlab.optim.registry import OPTIMISERS, SCHEDULES
+
+    def reads(choice: Any) -> str:
+        return f" [reads optim.{', optim.'.join(choice.keys)}]" if choice.keys else ""
+
+    return [(f"optim.{family.key}", c.name, c.summary() + reads(c))
+            for family in (OPTIMISERS, SCHEDULES) for c in family]  # fmt: skip
 
 
 def pool_rows(architectures: Any) -> list[tuple[str, str, str]]:

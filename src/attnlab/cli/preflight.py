@@ -24,6 +24,7 @@ def check_before_run(cfg: dict[str, Any], model: Any, this_machine: bool = False
     that. Raises ConfigError (one line)."""
     check_architecture_serves_data(cfg.get("model") or {}, model, cfg.get("data") or {},
                                    cfg.get("task") or {})  # fmt: skip
+    check_optimiser_strategy(cfg.get("optim") or {}, cfg.get("trainer") or {})
     if not this_machine:
         return
     trainer = cfg.get("trainer") or {}
@@ -31,6 +32,23 @@ def check_before_run(cfg: dict[str, Any], model: Any, this_machine: bool = False
     check_accelerator(accelerator, cfg.get("experiment_name"))
     if cfg.get("train", True):
         check_trains_here(model, accelerator)
+
+
+def check_optimiser_strategy(optim: dict[str, Any], trainer: dict[str, Any]) -> None:
+    """An optimiser that needs each weight whole (Muon orthogonalises a matrix, Adafactor
+    factors its second moment over rows and columns) is refused under a strategy that
+    hands the optimiser flat shards of the weights (FSDP, DeepSpeed)."""
+    from attnlab.optim.registry import OPTIMISERS
+
+    strategy = trainer.get("strategy")
+    name = str(strategy.get("_target_", "") if isinstance(strategy, dict) else strategy or "")
+    optimiser = OPTIMISERS.get(optim.get("name", OPTIMISERS.default))
+    if not optimiser.shards and ("fsdp" in name.lower() or "deepspeed" in name.lower()):
+        raise ConfigError(
+            f"optim.name={optimiser.name} needs each weight matrix whole, but the sharded "
+            f"strategy {name} hands the optimiser flat shards of them; use trainer=ddp, or "
+            "optim.name=adamw or lion under FSDP"
+        )
 
 
 Z_LOSS_TASKS = ("lm", "seq2seq")  # task.z_loss: a language model's output softmax

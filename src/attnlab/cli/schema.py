@@ -4,7 +4,9 @@ The schema is the code's own signatures, not a second copy of them:
 
 * ``model``: the keys its architecture and chosen components declare
   (:class:`~attnlab.model_config.ModelConfig`, :mod:`attnlab.components`);
-* ``optim``, ``task``, ``decode`` and the top-level keys: the dataclasses of
+* ``optim``: the keys the chosen optimiser and schedule read (:mod:`attnlab.optim.registry`),
+  typed and ranged by :class:`attnlab.options.OptimConfig`;
+* ``task``, ``decode`` and the top-level keys: the dataclasses of
   :mod:`attnlab.options` (annotations for types, ``__post_init__`` for ranges);
 * ``data``: the ``__init__`` of the data module ``data._target_`` names (one of
   :data:`attnlab.cli.targets.DATA_MODULES`, so importing it is safe);
@@ -137,14 +139,15 @@ def check_cheap(cfg: dict[str, Any], strict: bool = True) -> Any:
     reads is refused, or, with ``strict=False`` (a run saved before such keys were refused),
     dropped."""
     from attnlab.model_config import ModelConfig
-    from attnlab.options import DecodeConfig, OptimConfig, TaskConfig
+    from attnlab.optim.registry import optim_config
+    from attnlab.options import DecodeConfig, TaskConfig
 
     check_top_level(cfg)
     model = cfg.get("model") or {}
     if not isinstance(model, dict):
         raise ConfigError(f"model={model} must be a mapping of model.* keys")
     checked = ModelConfig.from_dict(model, strict=strict)
-    check_dataclass(OptimConfig, cfg.get("optim") or {}, "optim.")
+    optim_config(cfg.get("optim"), strict)
     check_dataclass(TaskConfig, cfg.get("task") or {}, "task.")
     check_dataclass(DecodeConfig, cfg.get("decode") or {}, "decode.")
     return checked

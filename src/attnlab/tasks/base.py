@@ -6,12 +6,11 @@ itself comes from :mod:`attnlab.models`.
 
 from __future__ import annotations
 
-import math
-import re
 from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 
@@ -21,77 +20,13 @@ from attnlab.inference.generation import DecodeConfig
 from attnlab.models import Architecture, ModelConfig, build_model
 from attnlab.models.parametrization import lr_multipliers
 from attnlab.nn.moe import routing_statistics, update_biases
+from attnlab.optim.build import _no_decay, build_optimizer, param_groups
+from attnlab.optim.registry import optim_config
+from attnlab.optim.schedules import decay_start, lr_multiplier, needs_length, shortest_budget
 from attnlab.options import SCHEDULES, OptimConfig, TaskConfig
 
-__all__ = ["SCHEDULES", "OptimConfig", "TaskConfig", "Task", "lr_multiplier"]
-
-
-def lr_multiplier(step: int, cfg: OptimConfig, d_model: int, total_steps: int) -> float:
-    """Factor applied to ``optim.lr`` at optimizer step ``step`` (0-based).
-
-    * cosine:       linear warmup to lr, then cosine decay to min_lr
-    * inverse_sqrt: d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)
-                    (Vaswani et al. 2017, eq. 3; ``optim.lr`` is a scale, 1.0 in the paper)
-    * constant:     linear warmup, then flat
-    """
-    step = step + 1
-    warmup = cfg.warmup_steps
-    if cfg.schedule == "inverse_sqrt":
-        return d_model**-0.5 * min(step**-0.5, step * max(warmup, 1) ** -1.5)
-    if warmup and step <= warmup:
-        return step / warmup
-    if cfg.schedule == "constant":
-        return 1.0
-    span = max(1, total_steps - warmup)
-    progress = min(1.0, (step - warmup) / span)
-    floor = cfg.min_lr / cfg.lr
-    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
-
-
-# prefixes that wrappers (FSDP, activation checkpointing, torch.compile) add to a name
-_WRAPPERS = re.compile(r"(_fsdp_wrapped_module|_checkpoint_wrapped_module|_orig_mod)\.")
-_NO_DECAY_LEAVES = ("query", "cls", "cls_token")  # attention pooling's query, ViT's [CLS]
-
-
-def _no_decay(name: str) -> bool:
-    """Norm gains, biases, embeddings, position tables and the learned [CLS]/pooling query
-    vectors are not weight-decayed.
-
-    Chosen by name, not by shape: under FSDP (``use_orig_params``) the optimiser is handed
-    1-D shards of every weight. The rule gives the groups ``param.dim() < 2`` gave on the
-    unwrapped model (a test checks it over every architecture and option).
-    """
-    *path, leaf = _WRAPPERS.sub("", name).split(".")
-    return (
-        leaf.startswith("bias") or leaf in _NO_DECAY_LEAVES
-        or "embedding" in name or "positions" in name
-        or any(part.endswith("norm") for part in path)
-    )  # fmt: skip
-
-
-def param_groups(
-    named: Any, cfg: OptimConfig, multipliers: dict[str, float]
-) -> list[dict[str, Any]]:
-    """AdamW's parameter groups: weight-decayed or not (:func:`_no_decay`) and, under μP,
-    one group per learning-rate multiplier (hidden weights: lr/m with decay λ·m, as
-    ``mup.MuAdamW``; :mod:`attnlab.models.parametrization`). Under SP: the two groups."""
-    groups: dict[tuple[bool, float], list[Tensor]] = {(True, 1.0): [], (False, 1.0): []}
-    multipliers = {_WRAPPERS.sub("", k): m for k, m in multipliers.items()}
-    for name, param in named:
-        if param.requires_grad:
-            key = _WRAPPERS.sub("", name)
-            mult = multipliers.get(key, 1.0)
-            groups.setdefault((not _no_decay(name), mult), []).append(param)
-    out = []
-    for (decayed, mult), params in groups.items():
-        if not params and mult != 1.0:
-            continue
-        decay = cfg.weight_decay / mult if decayed else 0.0
-        group: dict[str, Any] = {"params": params, "weight_decay": decay}
-        if mult != 1.0:
-            group["lr"] = cfg.lr * mult
-        out.append(group)
-    return out
+__all__ = ["SCHEDULES", "OptimConfig", "TaskConfig", "Task", "lr_multiplier", "param_groups",
+           "_no_decay"]  # fmt: skip
 
 
 def auxiliary_losses(model: nn.Module) -> dict[str, Tensor]:
@@ -157,7 +92,7 @@ class Task(L.LightningModule):
         super().__init__()
         self.save_hyperparameters(ignore=["model_config", "architecture"])
         self.model_cfg = model_config or ModelConfig.from_dict(dict(model), strict=False)
-        self.optim_cfg = OptimConfig(**(optim or {}))
+        self.optim_cfg = optim_config(optim, strict=False)
         self.task_cfg = TaskConfig(**(task or {}))
         if self.task_cfg.z_loss and self.kind not in ("lm", "seq2seq"):  # never dropped silently
             raise ConfigError(f"task.z_loss={self.task_cfg.z_loss} is PaLM's loss on a language "
@@ -246,20 +181,65 @@ class Task(L.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:
         cfg = self.optim_cfg
         groups = param_groups(self.named_parameters(), cfg, lr_multipliers(self))
-        optimizer = torch.optim.AdamW(
-            groups,
-            lr=cfg.lr,
-            betas=cfg.betas,
-            eps=cfg.eps,
-            fused=self._fused([p for group in groups for p in group["params"]]),
-        )
-        total = cfg.decay_steps or self._total_steps()
+        params = [p for group in groups for p in group["params"]]
+        fused = self._fused(params) if cfg.name in ("adamw", "muon") else False
+        names = {id(p): name for name, p in self.named_parameters()}
+        optimizer = build_optimizer(groups, cfg, fused, names)
+        total = (cfg.decay_steps or self._total_steps()) if needs_length(cfg) else 0
+        self.schedule_steps = total
         d_model = self.model_cfg.d_model
         schedule = LambdaLR(optimizer, lambda step: lr_multiplier(step, cfg, d_model, total))
         return {
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": schedule, "interval": "step"},
         }
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["schedule_steps"] = getattr(self, "schedule_steps", 0)  # the decay's length
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        optim = (checkpoint.get("hyper_parameters") or {}).get("optim")
+        self.saved_schedule = (optim_config(optim, strict=False), checkpoint.get("schedule_steps"))
+
+    def on_train_start(self) -> None:
+        """A run that continues a checkpoint with another budget is checked
+        (:meth:`_check_branch`), then each group's learning rate is set from this run's
+        schedule at the step it starts from: a checkpoint holds the rate its own schedule
+        set for the next step, and a wsd cool-down takes its first step at its own."""
+        self._check_branch()
+        scheduler = self.lr_schedulers()
+        if isinstance(scheduler, LambdaLR):
+            groups = scheduler.optimizer.param_groups
+            for group, base, factor in zip(groups, scheduler.base_lrs, scheduler.lr_lambdas,
+                                           strict=True):  # fmt: skip
+                group["lr"] = base * factor(scheduler.last_epoch)
+
+    def _check_branch(self) -> None:
+        """A wsd cool-down branched from a stable run's checkpoint with another budget decays
+        over the last ``decay_fraction`` of its own budget: refused when the checkpoint is
+        past the start of that decay, or already in its own run's decay (not on the stable
+        rate). The same budget resumes as it was, at any step."""
+        cfg, saved = self.optim_cfg, getattr(self, "saved_schedule", None)
+        trainer = attached_trainer(self)
+        if cfg.schedule != "wsd" or saved is None or trainer is None:
+            return
+        (old, old_steps), step, total = saved, trainer.global_step, self.schedule_steps
+        if old_steps == total and old.decay_fraction == cfg.decay_fraction:
+            return
+        if old.schedule == "wsd" and old_steps and step > decay_start(old, old_steps):
+            raise ConfigError(
+                f"the checkpoint is at step {step}, in its run's decay (from step "
+                f"{decay_start(old, old_steps)} of {old_steps}), not on the stable learning "
+                "rate; branch a cool-down from a checkpoint of the stable phase"
+            )
+        if step > decay_start(cfg, total):
+            raise ConfigError(
+                f"the checkpoint is at step {step}, past step {decay_start(cfg, total)} where "
+                f"optim.schedule=wsd starts decaying over the last optim.decay_fraction="
+                f"{cfg.decay_fraction} of {total} steps; give a budget (trainer.max_steps or "
+                f"optim.decay_steps) of at least {shortest_budget(cfg, step)} "
+                "steps, or an earlier checkpoint"
+            )
 
     def configure_gradient_clipping(
         self, optimizer: Any, gradient_clip_val: float | None = None,
@@ -311,8 +291,18 @@ class Task(L.LightningModule):
         return getattr(plugin, "scaler", None) is not None
 
     def _total_steps(self) -> int:
-        try:
-            steps = int(self.trainer.estimated_stepping_batches)
-        except Exception:  # no trainer attached (unit tests) or unknown length
-            return 10_000
-        return steps if 0 < steps < 10**9 else 10_000
+        """The run's optimizer steps, for a schedule that decays over them (``cosine``,
+        ``wsd``) when ``optim.decay_steps`` is not set. A trainer setting Lightning refuses
+        (``trainer.val_check_interval`` past an epoch) raises its ValueError here, which
+        the run reports in one line; a fit whose number of steps is unknown is refused."""
+        trainer = attached_trainer(self)
+        if trainer is None or trainer.state.fn != TrainerFn.FITTING:
+            return 10_000  # a module used on its own, or outside a fit (unit tests)
+        steps = trainer.estimated_stepping_batches
+        if not 0 < steps < 10**9:
+            raise ConfigError(
+                f"optim.schedule={self.optim_cfg.schedule} decays over the run's steps, but "
+                "their number is unknown (trainer.max_steps=-1 with trainer.max_epochs=-1, "
+                "or data of unknown length); set optim.decay_steps or trainer.max_steps"
+            )
+        return int(steps)
