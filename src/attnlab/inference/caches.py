@@ -158,6 +158,8 @@ class StaticKV:
 
 def cache_for(keeps: Keeps) -> LayerCache:
     """The dynamic cache of a kernel that keeps ``keeps``."""
+    if keeps.own_cache is not None:  # Mamba-2's state (attnlab.nn.mamba2.Mamba2State)
+        return keeps.own_cache()
     if keeps.running_state is not None:
         return RunningSums(keeps.running_state)
     if keeps.window is not None:
