@@ -111,3 +111,19 @@ def test_mamba2_is_refused_where_it_does_not_apply_in_one_line(
     with pytest.raises(ConfigError, match=needle.replace(".", r"\.").replace("(", r"\(")) as e:
         ModelConfig.from_dict(values)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("use_cache", [True, False], ids=["cached", "recomputed"])
+def test_left_padding_changes_no_logit_of_a_prompt(use_cache: bool) -> None:
+    """Padded positions get Δ = 0 and zero inputs: the conv and the state pass them as if
+    the prompt started after them."""
+    model = build_model(ModelConfig.from_dict(MAMBA2)).eval().double()
+    prompt = torch.randint(6, 20, (1, 5), generator=torch.Generator().manual_seed(0))
+    padded = torch.cat([torch.zeros(1, 3, dtype=torch.long), prompt], dim=1)  # PAD = 0
+    alone, behind_padding = (start_decoding(model, p, use_cache) for p in (prompt, padded))
+    for _ in range(3):
+        logits = alone.logits()
+        torch.testing.assert_close(behind_padding.logits(), logits)
+        token = logits.argmax(-1)
+        alone.append(token)
+        behind_padding.append(token)
