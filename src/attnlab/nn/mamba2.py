@@ -141,6 +141,10 @@ class Mamba2Mixer(nn.Module):
     mixer = True
     causal_ok = True
     pattern = None  # no softmax: no FlexAttention path
+    # no attention weights: attention maps (attnlab.callbacks.attention_maps) record none,
+    # as for the other kinds
+    record_weights = False
+    last_weights = None
 
     def __init__(self, cfg: ModelConfig, causal: bool) -> None:
         super().__init__()
