@@ -127,3 +127,20 @@ def test_left_padding_changes_no_logit_of_a_prompt(use_cache: bool) -> None:
         token = logits.argmax(-1)
         alone.append(token)
         behind_padding.append(token)
+
+
+@pytest.mark.parametrize("init", ["paper", "xavier", "gpt2"])
+def test_model_init_sets_the_projections_and_keeps_the_ssm_parameters_of_mamba_ssm(
+    init: str,
+) -> None:
+    """A ∈ [1, 16], Δ = softplus(dt_bias) ∈ [0.001, 0.1], D = 1 whatever model.init is; with
+    model.zero_init_residual the output projection is W_O: it starts at zero."""
+    torch.manual_seed(0)
+    cfg = ModelConfig.from_dict({**MAMBA2, "init": init, "zero_init_residual": True})
+    for layer in build_model(cfg).decoder.layers:
+        mixer = layer.self_attn
+        A = torch.exp(mixer.A_log.detach())
+        dt = torch.nn.functional.softplus(mixer.dt_bias.detach())
+        assert bool(((A >= 1) & (A <= 16)).all()) and bool(((dt >= 1e-3) & (dt <= 0.1)).all())
+        assert bool((mixer.D == 1).all())
+        assert not mixer.out_proj.weight.any() and mixer.in_proj.weight.any()
