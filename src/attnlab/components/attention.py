@@ -206,7 +206,6 @@ class Mamba2Config(AttentionKindConfig):
             ("qk_norm", cfg.qk_norm, "false", "it has no queries or keys"),
             ("attn_dropout", cfg.attn_dropout > 0, "0.0", "it has no attention weights"),
             ("attn_impl", cfg.attn_impl != "sdpa", "sdpa", "it has no softmax"),
-            ("norm", cfg.norm == "deepnorm", "pre", "DeepNet's gains are for W_V and W_O"),
             ("param", cfg.get("param") == "mup", "sp", "μP scales softmax logits"),
         ]
         for key, wrong, fix, why in refused:

@@ -3,31 +3,32 @@ SSMs: Generalized Models and Efficient Algorithms Through Structured State Space
 §6–7): a selective state-space model in the attention slot of a decoder layer — a token
 mixer with projections of its own, not a kernel between W_Q, W_K, W_V and W_O.
 
-Per head (H heads of P = expand·d_model/H channels; A = −exp(A_log) a scalar per head, the
-scalar-times-identity A of SSD, §6; B, C ∈ R^N shared by the heads, one group):
+The selective SSM h_t = A_t h_{t−1} + B_t x_t, y_t = C_tᵀ h_t (eq. 1, §2.1) with SSD's
+scalar-times-identity A_t = exp(Δ_t·A)·I (§5), per head — H heads of P = expand·d_model/H
+channels, A = −exp(A_log) a scalar per head, B, C ∈ R^N shared by the heads (one group):
 
-    h_t = exp(Δ_t·A)·h_{t−1} + Δ_t·x_t B_tᵀ          h ∈ R^{P×N}                 (eq. 1, §3)
+    h_t = exp(Δ_t·A)·h_{t−1} + Δ_t·x_t B_tᵀ          h ∈ R^{P×N}
     y_t = h_t C_t + D·x_t
 
-Unrolled, y = M x with M_{ij} = C_iᵀB_j·exp(Δ_{j+1}A + … + Δ_iA)·Δ_j for j ≤ i: the 1-SS
-("semiseparable") matrix of eq. 6 — a masked, decayed C Bᵀ "attention". The chunked form
-(§6, Listing 1 ``ssd_minimal``) computes it in chunks of Q tokens:
+Unrolled, y = M x with M_{ij} = C_iᵀB_j·exp(Δ_{j+1}A + … + Δ_iA)·Δ_j for j ≤ i (the matrix
+form, eq. 3): a 1-semiseparable mask times C Bᵀ, a masked and decayed "attention". The
+SSD algorithm (§6, Listing 1 ``ssd_minimal``) computes it in chunks of Q tokens:
 
     1. within a chunk, the quadratic form (C Bᵀ ∘ L) X, L_{ij} = exp(segsum(ΔA))_{ij}
     2. each chunk's final state from its own inputs, Σ_j exp(Σ_{k>j} Δ_kA)·X_j B_jᵀ
-    3. the states passed across chunks (the same 1-SS recurrence, over chunk boundaries)
-    4. the earlier chunks' state read out by each position, C_i·exp(Σ_{k≤i} Δ_kA)·h
+    3. the states passed across chunks (the same recurrence, over chunk boundaries)
+    4. the state entering a chunk read out by each position, C_i·exp(Σ_{k≤i} Δ_kA)·h
 
-Mamba-2's block around the SSM (§7.1, Fig. 6): one input projection to (z, x, B, C, Δ); a
-causal depthwise conv1d of kernel ``ssm_conv`` over (x, B, C) and SiLU; Δ = softplus(Δ +
-dt_bias); the gated RMSNorm RMSNorm(y·SiLU(z)) (§7.3: normalised before the output
-projection for stability); the output projection.
+(X = Δ·x.) Mamba-2's block around the SSM (§7.1, Fig. 6): one input projection to (z, x, B,
+C, Δ); a causal depthwise conv1d of kernel ``ssm_conv`` over (x, B, C) and SiLU; Δ =
+softplus(Δ + dt_bias); the extra normalisation RMSNorm(y·SiLU(z)) before the output
+projection; the output projection.
 
-Decoding (:meth:`Mamba2Mixer.step`) keeps a constant-size state per layer
-(:class:`Mamba2State`): h (H, P, N) and the conv's last ``ssm_conv`` − 1 inputs. This is
-PyTorch only; the fused CUDA/Triton kernels of ``mamba_ssm`` and flash-linear-attention
-are not used. Padded positions (a left-padded prompt) get Δ = 0 and zero inputs, so they
-carry the state through unchanged.
+Decoding (:func:`ssd_step`) keeps a constant-size state per layer (:class:`Mamba2State`): h
+(H, P, N) and the conv's last ``ssm_conv`` − 1 inputs. This is PyTorch only; the fused
+CUDA/Triton kernels of ``mamba_ssm`` and flash-linear-attention are not used. Padded
+positions (a left-padded prompt) get Δ = 0 and zero inputs, so they carry the state through
+unchanged.
 """
 
 from __future__ import annotations
@@ -98,8 +99,9 @@ def ssd_chunked(
 def ssd_step(
     x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, state: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """One token of the recurrence (eq. 1): x (b, H, P), Δ (b, H), B and C (b, N), h (b, H,
-    P, N) → (y = h_t C_t (b, H, P), h_t = exp(Δ_t·A)·h_{t−1} + Δ_t·x_t B_tᵀ)."""
+    """One token of the recurrence (eq. 1 with A_t = exp(Δ_t·A)·I): x (b, H, P), Δ (b, H), B
+    and C (b, N), h (b, H, P, N) → (y = h_t C_t (b, H, P), h_t = exp(Δ_t·A)·h_{t−1} +
+    Δ_t·x_t B_tᵀ)."""
     decay = torch.exp(dt * A)[..., None, None]
     state = decay * state + (dt[..., None] * x)[..., None] * B[:, None, None, :]
     return (state @ C[:, None, :, None]).squeeze(-1), state
