@@ -23,8 +23,12 @@ from decoding_inputs import left_padded_prompts, sources, step_logits
 
 VOCAB = 20
 SMALL = {"window": 3, "attn_block": 4, "n_global": 1, "n_random": 1, "linformer_k": 5}
-KINDS = ATTENTION_KINDS.names()
+# the kernels between W_Q, W_K, W_V and W_O; a whole token mixer (mamba2) decodes below and
+# has its own tests (tests/test_mamba2.py)
+MIXERS = [k for k in ATTENTION_KINDS.names() if getattr(ATTENTION_KINDS.get(k), "mixer", False)]
+KINDS = [k for k in ATTENTION_KINDS.names() if k not in MIXERS]
 CAUSAL_KINDS = [k for k in KINDS if ATTENTION_KINDS.get(k).causal_ok]
+OWN_KEYS = {"mamba2": {"pos": "none", "ssm_state": 8, "ssm_chunk": 4}}  # a mixer's sizes
 
 
 def make(name: str, attention: str, **overrides: object) -> torch.nn.Module:
@@ -79,16 +83,18 @@ def test_padding_changes_nothing_for_the_real_tokens(attention: str) -> None:
 
 
 CAPPABLE = [k for k in CAUSAL_KINDS if KIND_CONFIGS.get(k).softcap_ok]
+BOTH_STACKS = ("decoder_only", "encoder_decoder")
 
 
-@pytest.mark.parametrize("attention,options", [
-    *[(kind, {}) for kind in CAUSAL_KINDS],
+@pytest.mark.parametrize("name,attention,options", [
+    *[(name, kind, {}) for kind in CAUSAL_KINDS for name in BOTH_STACKS],
     # capped logits (Gemma 2 §2): the prompt through FlexAttention, each step written out
-    *[(kind, {"attn_impl": "flex", "attn_softcap": 1.0}) for kind in CAPPABLE],
+    *[(name, kind, {"attn_impl": "flex", "attn_softcap": 1.0}) for kind in CAPPABLE
+      for name in BOTH_STACKS],
+    *[("decoder_only", mixer, {}) for mixer in MIXERS],
 ])  # fmt: skip
-@pytest.mark.parametrize("name", ["decoder_only", "encoder_decoder"])
 def test_cached_decoding_equals_recomputation(name: str, attention: str, options: dict) -> None:
-    model = make(name, attention, **options)
+    model = make(name, attention, **OWN_KEYS.get(attention, {}), **options)
     inputs = sources() if name == "encoder_decoder" else left_padded_prompts()
     cached = step_logits(model, inputs, use_cache=True)
     recomputed = step_logits(model, inputs, use_cache=False)
@@ -149,11 +155,14 @@ def test_bad_attention_settings_are_one_line(overrides: dict, needle: str) -> No
         ModelConfig.from_dict({"vocab_size": VOCAB, **overrides})
 
 
-@pytest.mark.parametrize("attention", ["sliding_window", "linear", "sigmoid", "differential"])
+@pytest.mark.parametrize("attention",
+                         ["sliding_window", "linear", "sigmoid", "differential", "mamba2"])
 def test_kinds_train_through_the_configs(attention: str, tmp_path) -> None:
-    window = ["model.window=4"] if attention == "sliding_window" else []  # its key only
-    result = train_fast(["model=decoder_only", f"model.attention={attention}", "model.pos=rope",
-                         *window, "data=reverse"], tmp_path)  # fmt: skip
+    own = {"sliding_window": ["model.window=4"],  # its keys only
+           "mamba2": ["model.ssm_state=16", "model.ssm_chunk=8"]}.get(attention, [])
+    pos = "none" if attention == "mamba2" else "rope"  # Mamba-2 takes no positions
+    result = train_fast(["model=decoder_only", f"model.attention={attention}", f"model.pos={pos}",
+                         *own, "data=reverse"], tmp_path)  # fmt: skip
     assert result["status"] == "completed"
     assert math.isfinite(result["metrics"]["test/loss"])
 

@@ -252,6 +252,7 @@ def config_with(**values: object) -> ModelConfig:
         ({"attention": "sliding_window"}, "model.attention=sliding_window"),
         ({"attention": "sigmoid"}, "model.attention=sigmoid"),
         ({"attention": "differential"}, "model.attention=differential"),
+        ({"attention": "mamba2", "pos": "none"}, "model.attention=mamba2"),
         ({"pos": "rope", "norm_type": "rmsnorm", "ffn": "swiglu", "attention": "sigmoid"},
          "model.attention=sigmoid"),  # fmt: skip
         ({"qk_norm": True}, "model.qk_norm=true"),

@@ -66,6 +66,26 @@ def test_training_flops_match_torch_flop_counter(name: str, overrides: dict) -> 
     assert flops_per_token(cfg, src_len, tgt_len) * (src_len + tgt_len) == pytest.approx(expected)
 
 
+@pytest.mark.parametrize("chunk", [4, 5, 64], ids=["whole-chunks", "ragged-last-chunk",
+                                                "one-chunk"])  # fmt: skip
+def test_mamba2_training_flops_match_torch_flop_counter(chunk: int) -> None:
+    """The projections, the depthwise conv and the chunked SSD form's matrix products,
+    padding included. torch's counter ignores ``groups`` in a convolution's backward (it
+    counts a depthwise conv's gradients as a dense conv's), so the conv's backward is
+    taken as twice its forward, as for every other product."""
+    cfg = config("decoder_only", attention="mamba2", pos="none", attn_impl="sdpa",
+                 ssm_state=8, ssm_chunk=chunk)  # fmt: skip
+    torch.manual_seed(0)
+    model, batch = build_model(cfg), 3
+    tokens = torch.randint(6, cfg.vocab_size, (batch, 12))
+    with FlopCounterMode(display=False) as counter:
+        model(tokens).sum().backward()
+    counts = counter.get_flop_counts()["Global"]
+    conv = counts[torch.ops.aten.convolution]
+    expected = counter.get_total_flops() - counts[torch.ops.aten.convolution_backward] + 2 * conv
+    assert flops_per_token(cfg, 7, 5) * 12 == pytest.approx(expected // batch)
+
+
 def test_decoder_only_flops_are_six_n_plus_attention_as_in_palm() -> None:
     cfg = config("decoder_only", d_model=64, n_layers=3, vocab_size=100, max_len=256)
     T, d, L = 128, cfg.d_model, cfg.n_layers

@@ -41,6 +41,9 @@ VARIANTS = {
     "full": ("model.attention=full",),
     "sigmoid": ("model.attention=sigmoid",),
     "differential": ("model.attention=differential",),
+    # Mamba-2 is causal only: a decoder-only model of the same data
+    "mamba2": ("model=decoder_only", "model.attention=mamba2", "model.pos=none",
+               "model.ssm_state=8", "model.ssm_chunk=8"),
     # a mixture of experts whose balancing bias moves each step: a buffer the resume restores
     "moe": ("model.ffn=moe", "model.moe_experts=4", "model.moe_bias_rate=0.05"),
     # each optimiser's state, and a schedule stopped inside its decay
@@ -77,10 +80,11 @@ def _val_losses(run_dir: Path) -> list[float]:
     [("full", STEPS_PER_EPOCH + 2), ("full", STEPS_PER_EPOCH), ("sigmoid", STEPS_PER_EPOCH + 2),
      ("differential", STEPS_PER_EPOCH + 2), ("moe", STEPS_PER_EPOCH + 2),
      ("muon", STEPS_PER_EPOCH + 2), ("lion", STEPS_PER_EPOCH + 2),
-     ("adafactor", STEPS_PER_EPOCH + 2), ("wsd", 10)],  # wsd: decaying after step 6 of 12
+     ("adafactor", STEPS_PER_EPOCH + 2), ("wsd", 10),  # wsd: decaying after step 6 of 12
+     ("mamba2", STEPS_PER_EPOCH + 2)],
     ids=["mid-epoch", "epoch-end", "sigmoid-mid-epoch", "differential-mid-epoch",
          "mid-epoch-ffn=moe", "muon-mid-epoch", "lion-mid-epoch", "adafactor-mid-epoch",
-         "wsd-mid-decay"],
+         "wsd-mid-decay", "mamba2-mid-epoch"],
     indirect=["uninterrupted"],
 )  # fmt: skip
 def test_a_resumed_run_ends_with_the_same_val_loss_as_an_uninterrupted_one(

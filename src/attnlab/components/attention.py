@@ -67,6 +67,7 @@ class AttentionKindConfig(ComponentConfig):
     causal_ok = True
     sparse = True
     softcap_ok = False
+    mixer = False  # a whole token mixer in the attention's place, projections included
     causal_error = "this attention kind cannot be causal"
 
     @classmethod
@@ -178,6 +179,49 @@ class DifferentialAttentionConfig(AttentionKindConfig):
                 "model.attention=differential pairs each head's own keys and values, and "
                 f"model.n_kv_heads={cfg.n_kv_heads} shares them; set model.n_kv_heads=null"
             )
+
+
+@ATTENTION_KINDS.declare
+class Mamba2Config(AttentionKindConfig):
+    """Mamba-2's SSD layer, a selective state-space token mixer in the attention slot:
+    h_t = exp(Δ_t·A)·h_{t−1} + Δ_t·x_t B_tᵀ, y_t = h_t C_t + D·x_t, chunked for training,
+    a constant-size state for decoding (Dao & Gu 2024, "Transformers are SSMs", §6–7)."""
+
+    name, builds, mixer = "mamba2", "attnlab.nn.mamba2:Mamba2Mixer", True
+    keys = {
+        "ssm_state": Key(128, int, positive, "mamba2: state size N of each head"),
+        "ssm_conv": Key(4, int, positive, "mamba2: kernel of the causal depthwise conv1d"),
+        "ssm_expand": Key(2, int, positive, "mamba2: d_inner = ssm_expand·d_model, in "
+                          "model.n_heads heads"),
+        "ssm_chunk": Key(256, int, positive, "mamba2: tokens per chunk of the SSD "
+                         "block decomposition (training and prompts)"),
+    }  # fmt: skip
+
+    @classmethod
+    def check(cls, cfg: ModelKeys) -> None:
+        """Causal, no cross-attention, no positions, and none of softmax attention's keys."""
+        if not cfg.architecture.causal:
+            raise ConfigError(f"model.attention=mamba2 is causal only and model={cfg.name} is "
+                              "bidirectional; use model=decoder_only")  # fmt: skip
+        if cfg.name == "encoder_decoder":
+            raise ConfigError("model.attention=mamba2 has no cross-attention and model="
+                              "encoder_decoder's encoder is bidirectional; use "
+                              "model=decoder_only")  # fmt: skip
+        refused = [  # (key, refused?, the fix, why)
+            ("pos", cfg.pos != "none", "none", "a recurrence orders the tokens itself"),
+            ("n_kv_heads", cfg.n_kv_heads is not None, "null", "it has no keys or values"),
+            ("qk_norm", cfg.qk_norm, "false", "it has no queries or keys"),
+            ("attn_dropout", cfg.attn_dropout > 0, "0.0", "it has no attention weights"),
+            ("attn_impl", cfg.attn_impl != "sdpa", "sdpa", "it has no softmax"),
+            ("param", cfg.get("param") == "mup", "sp", "μP scales softmax logits"),
+        ]
+        for key, wrong, fix, why in refused:
+            if wrong:
+                value = cfg.get(key)
+                shown = "null" if value is None else value  # qk_norm: true, not True
+                shown = str(shown).lower() if isinstance(shown, bool) else shown
+                raise ConfigError(f"model.attention=mamba2 does not take model.{key}={shown} "
+                                  f"({why}); set model.{key}={fix}")  # fmt: skip
 
 
 # model.attn_impl ---------------------------------------------------------------------------

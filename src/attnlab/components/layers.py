@@ -70,7 +70,13 @@ class DeepNormConfig(ResidualConfig):
 
     @classmethod
     def check(cls, cfg: ModelKeys) -> None:
-        """DeepNet's init sets the very matrices ``model.zero_init_residual`` zeroes."""
+        """DeepNet's init sets the very matrices ``model.zero_init_residual`` zeroes, and its
+        gains are for attention's W_V and W_O, which a Mamba-2 mixer has not."""
+        if cfg.get("attention") == "mamba2":
+            raise ConfigError(
+                "model.norm=deepnorm initialises attention's W_V and W_O with its gain β (Wang "
+                "et al. 2022) and model.attention=mamba2 has neither; use model.norm=pre"
+            )
         if cfg.get("zero_init_residual"):
             raise ConfigError(
                 "model.zero_init_residual=true zeroes W_O and the FFN's W₂, which "

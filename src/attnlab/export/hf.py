@@ -255,6 +255,11 @@ def choose_mapping(cfg: ModelConfig, task: str) -> type[Mapping]:
             "format=hf: model.ffn=moe (a mixture of experts) has no exact Hugging Face "
             "equivalent here; use format=native"
         )
+    if cfg.get("attention") == "mamba2":  # a Mamba-2 block there has no FFN sublayer
+        raise ConfigError(
+            "format=hf: model.attention=mamba2 has no exact Hugging Face equivalent (attnlab "
+            "layers put an FFN after the mixer; Mamba2ForCausalLM has none); use format=native"
+        )
     if cfg.name == "encoder_only":
         return _checked(BertMapping, cfg)
     if cfg.name != "decoder_only":

@@ -14,6 +14,8 @@ what its kernel ``keeps`` (:class:`~attnlab.nn.kernels.Keeps`):
 ``MemoryKV``        cross-attention: the projected encoder keys and values, kept once
 ``StaticKV``        every key in buffers allocated once (gpt-fast's static cache), so each
                     step has the same shapes: one compiled graph, CUDA-graph replay
+(``own_cache``)     a mixer's own state, updated by the mixer itself: Mamba-2's h and conv
+                    window (:class:`attnlab.nn.mamba2.Mamba2State`), of constant size
 ==================  ====================================================================
 
 A stack's cache (:class:`DecodingCache`, :class:`StaticCache`) holds one
@@ -158,6 +160,8 @@ class StaticKV:
 
 def cache_for(keeps: Keeps) -> LayerCache:
     """The dynamic cache of a kernel that keeps ``keeps``."""
+    if keeps.own_cache is not None:  # Mamba-2's state (attnlab.nn.mamba2.Mamba2State)
+        return keeps.own_cache()
     if keeps.running_state is not None:
         return RunningSums(keeps.running_state)
     if keeps.window is not None:

@@ -31,6 +31,13 @@ model FLOPs, as MFU counts them (PaLM, App. B) — per ``model.attention``:
 * ``linear``: φ(K)ᵀV and φ(Q)ᵀS, d_head × d_head per head and token (2·2·d_head·d), and the
   normaliser φ(Q)ᵀZ (2·d; Katharopoulos et al. 2020, eq. 6). The causal kernel's chunks
   (the quadratic form within 64 tokens) are not counted.
+* ``mamba2``: the mixer in place of W_Q … W_O and attention (:func:`mamba2_flops`): its
+  input and output projections, the depthwise conv1d (2·K per channel and token), and the
+  matrix products of the chunked SSD form as computed (Dao & Gu 2024, §6, Listing 1), the
+  last chunk's padding included — C Bᵀ within each chunk (once: B and C are shared by the
+  heads), (C Bᵀ ∘ L)X, each chunk's state X Bᵀ, the states passed across the n + 1 chunk
+  boundaries (a (n + 1)² product, n = ⌈T/Q⌉) and the entering state read out by C.
+  Exponentials, cumulative sums and the gated norm are elementwise and not counted.
 """
 
 from __future__ import annotations
@@ -129,6 +136,21 @@ def attention_flops(cfg: ModelConfig, length: int, causal: bool) -> int:
     return 2 * 2 * attended_pairs(cfg, length, causal) * d  # QKᵀ, AV
 
 
+def mamba2_flops(cfg: ModelConfig, length: int) -> int:
+    """Forward FLOPs of one Mamba-2 mixer over ``length`` tokens (:mod:`attnlab.nn.mamba2`):
+    the projections, the conv and the chunked SSD form's five matrix products."""
+    d, N, H = cfg.d_model, cfg.ssm_state, cfg.n_heads
+    inner = cfg.ssm_expand * d
+    conv_channels = inner + 2 * N
+    projections = 2 * d * (inner + conv_channels + H) + 2 * inner * d
+    Q = min(cfg.ssm_chunk, length)
+    n = -(-length // Q)
+    padded = n * Q
+    within = 2 * n * Q * Q * N + 2 * n * Q * Q * inner  # C Bᵀ; (C Bᵀ ∘ L) X
+    across = 2 * padded * inner * N + 2 * (n + 1) ** 2 * inner * N + 2 * padded * N * inner
+    return length * (projections + 2 * cfg.ssm_conv * conv_channels) + within + across
+
+
 def transformer_flops(
     cfg: ModelConfig, length: int, layers: int, memory_len: int = 0, causal: bool | None = None
 ) -> int:
@@ -143,7 +165,10 @@ def transformer_flops(
     projections = 2 * (2 * d * d + 2 * d * d_kv)  # W_Q, W_O; W_K, W_V
     if causal is None:
         causal = memory_len > 0 or cfg.name == "decoder_only"
-    per_layer = length * (projections + ffn_flops(cfg)) + attention_flops(cfg, length, causal)
+    if cfg.attention == "mamba2":
+        per_layer = length * ffn_flops(cfg) + mamba2_flops(cfg, length)
+    else:
+        per_layer = length * (projections + ffn_flops(cfg)) + attention_flops(cfg, length, causal)
     total = layers * per_layer
     if memory_len:
         queries = length * (2 * 2 * d * d + 2 * 2 * memory_len * d)  # W_Q, W_O; QKᵀ, AV

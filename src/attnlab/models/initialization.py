@@ -8,6 +8,7 @@ from torch import nn
 
 from attnlab.nn.attention import MultiHeadAttention
 from attnlab.nn.feedforward import FeedForward, SwiGLU
+from attnlab.nn.mamba2 import Mamba2Mixer
 from attnlab.nn.positions import Positions
 
 
@@ -28,10 +29,17 @@ def initialize(
     at the first step (a Pre-LN layer is the identity) while their own gradients are not
     zero (modded-nanogpt's ``c_proj``; Fixup, Zhang et al. 2019, zeroes the last layer of
     each residual branch).
+
+    A Mamba-2 mixer's projections follow the scheme (its output projection as W_O); its
+    A, Δ's bias, D, conv and norm keep the initialisation of ``mamba_ssm``.
     """
     residual_outputs: set = set()
     stacked: dict = {}
+    own: set = set()
     for module in model.modules():
+        if isinstance(module, Mamba2Mixer):
+            residual_outputs.add(module.out_proj.weight)
+            own.update(module.own_init())
         if isinstance(module, MultiHeadAttention):
             residual_outputs.add(module.out_proj.weight)
             stacked[module.in_proj.weight] = module.split_sizes
@@ -41,6 +49,8 @@ def initialize(
         p for m in model.modules() if isinstance(m, Positions) for p in m.parameters()
     }
     for name, param in model.named_parameters():
+        if param in own:
+            continue
         if param in position_tables:
             nn.init.normal_(param, std=0.02)
         elif param.dim() < 2:

@@ -156,12 +156,14 @@ class Keeps:
     ``window``: only the last ``window`` keys and values (a causal sliding window; None:
     all). ``running_state``: linear attention's (k, v, key_real) → (S, Z), kept as sums in
     place of the keys. ``fixed_slots``: a static cache (every key in preallocated slots,
-    the unfilled ones masked) can serve the kernel.
+    the unfilled ones masked) can serve the kernel. ``own_cache``: a mixer that keeps no
+    keys (Mamba-2's recurrent state) makes its cache with it and updates it itself.
     """
 
     window: int | None = None
     running_state: Callable[..., tuple[Tensor, Tensor]] | None = None
     fixed_slots: bool = False
+    own_cache: Callable[[], Any] | None = None
 
 
 class LayerCache(Protocol):

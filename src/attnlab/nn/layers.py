@@ -36,9 +36,12 @@ def residual(cfg: ModelConfig, depth: StackDepth) -> nn.Module:
     return cfg.component("norm").build(cfg, depth)
 
 
-def attention(cfg: ModelConfig, causal: bool = False, cross: bool = False) -> MultiHeadAttention:
+def attention(cfg: ModelConfig, causal: bool = False, cross: bool = False) -> nn.Module:
     """Self-attention with the ``model.attention`` kind (causal unless a prefix-LM);
-    cross-attention is always full."""
+    cross-attention is always full. A kind that is a whole token mixer (``mamba2``) takes
+    the attention's place, projections included."""
+    if not cross and cfg.component("attention").mixer:
+        return cfg.component("attention").build(cfg, causal)
     kind = None
     if cfg.attention != "full" and not cross:
         kind = cfg.component("attention").build(cfg, causal and not cfg.get("prefix_lm"))
