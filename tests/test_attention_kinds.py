@@ -49,7 +49,7 @@ def padding(T: int) -> torch.Tensor:
 
 def test_every_kind_is_registered() -> None:
     assert KINDS == ["bigbird", "differential", "full", "linear", "linformer", "longformer",
-                     "sigmoid", "sliding_window"]
+                     "mla", "sigmoid", "sliding_window"]
 
 
 @pytest.mark.parametrize("padded", [False, True], ids=["dense", "padded"])

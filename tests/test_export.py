@@ -239,6 +239,8 @@ def config_with(**values: object) -> ModelConfig:
         ({"attention": "sliding_window"}, "model.attention=sliding_window"),
         ({"attention": "sigmoid"}, "model.attention=sigmoid"),
         ({"attention": "differential"}, "model.attention=differential"),
+        ({"attention": "mla", "pos": "rope", "norm_type": "rmsnorm", "ffn": "swiglu"},
+         "model.attention=mla"),
         ({"pos": "rope", "norm_type": "rmsnorm", "ffn": "swiglu", "attention": "sigmoid"},
          "model.attention=sigmoid"),  # fmt: skip
         ({"qk_norm": True}, "model.qk_norm=true"),

@@ -41,6 +41,7 @@ VARIANTS = {
     "full": ("model.attention=full",),
     "sigmoid": ("model.attention=sigmoid",),
     "differential": ("model.attention=differential",),
+    "mla": ("model.attention=mla", "model.pos=rope", "model.q_latent_rank=8"),
     # a mixture of experts whose balancing bias moves each step: a buffer the resume restores
     "moe": ("model.ffn=moe", "model.moe_experts=4", "model.moe_bias_rate=0.05"),
 }
@@ -70,9 +71,10 @@ def _val_losses(run_dir: Path) -> list[float]:
 @pytest.mark.parametrize(
     ("uninterrupted", "stop"),
     [("full", STEPS_PER_EPOCH + 2), ("full", STEPS_PER_EPOCH), ("sigmoid", STEPS_PER_EPOCH + 2),
-     ("differential", STEPS_PER_EPOCH + 2), ("moe", STEPS_PER_EPOCH + 2)],
+     ("differential", STEPS_PER_EPOCH + 2), ("moe", STEPS_PER_EPOCH + 2),
+     ("mla", STEPS_PER_EPOCH + 2)],
     ids=["mid-epoch", "epoch-end", "sigmoid-mid-epoch", "differential-mid-epoch",
-         "mid-epoch-ffn=moe"],
+         "mid-epoch-ffn=moe", "mla-mid-epoch"],
     indirect=["uninterrupted"],
 )  # fmt: skip
 def test_a_resumed_run_ends_with_the_same_val_loss_as_an_uninterrupted_one(

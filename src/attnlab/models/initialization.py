@@ -8,6 +8,7 @@ from torch import nn
 
 from attnlab.nn.attention import MultiHeadAttention
 from attnlab.nn.feedforward import FeedForward, SwiGLU
+from attnlab.nn.latent_attention import MultiHeadLatentAttention
 from attnlab.nn.positions import Positions
 
 
@@ -32,8 +33,9 @@ def initialize(
     residual_outputs: set = set()
     stacked: dict = {}
     for module in model.modules():
-        if isinstance(module, MultiHeadAttention):
+        if isinstance(module, MultiHeadAttention | MultiHeadLatentAttention):
             residual_outputs.add(module.out_proj.weight)
+        if isinstance(module, MultiHeadAttention):
             stacked[module.in_proj.weight] = module.split_sizes
         if isinstance(module, FeedForward | SwiGLU):
             residual_outputs.add(module.linear2.weight)

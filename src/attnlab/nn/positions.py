@@ -194,8 +194,11 @@ class RotaryPositions(Positions):
     q_mᵀk_n then depends on positions only through m − n.
     """
 
+    rotary_dim: int | None = None  # the rotated dimensions of a head; None: all d_head
+
     def rotary(self, pos: Tensor) -> tuple[Tensor, Tensor]:
-        angles = _angles(pos, self.d_model // self.n_heads)  # (…, T, d_head/2)
+        dim = self.rotary_dim or self.d_model // self.n_heads
+        angles = _angles(pos, dim)  # (…, T, dim/2)
         if angles.dim() == 2:
             angles = angles.unsqueeze(0)
         angles = angles.unsqueeze(1)  # (B|1, 1, T, d_head/2): broadcast over heads
