@@ -4,11 +4,13 @@ its decoding cache holds only the latent c^KV and the shared rotary key k^R of e
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from attnlab.callbacks.attention_maps import recorded_attention
 from attnlab.inference import start_decoding
 from attnlab.models import ModelConfig, build_model
 from attnlab.models.flops import cache_elements_per_token
@@ -113,3 +115,25 @@ def test_the_decoding_cache_holds_the_numbers_per_token_it_reports(
         held = layer.self_attn.past
         assert held.state is None and held.k.size(2) == 9  # 5 prompt + 4 generated tokens
         assert (held.k.numel() + held.v.numel()) // (3 * 9) == per_token
+
+
+def test_attention_maps_record_the_softmax_of_every_mla_layer() -> None:
+    """Eq. 18's weights, causal rows that sum to 1, for the diagnostics' attention maps."""
+    net = model({"attention": "mla", "q_latent_rank": 16})
+    with torch.no_grad(), recorded_attention(net) as maps:
+        net(torch.randint(6, 20, (2, 7)))
+    assert len(maps) == 2
+    for recorded in maps.values():
+        assert recorded.weights.shape == (2, N_HEADS, 7, 7)
+        torch.testing.assert_close(recorded.weights.sum(-1), torch.ones(2, N_HEADS, 7))
+        assert not recorded.weights.triu(1).any()
+    assert not any(layer.self_attn.record_weights for layer in net.decoder.layers)
+
+
+def test_coordcheck_measures_each_mla_layer_as_attention() -> None:
+    from attnlab.coord_check import _hooks
+
+    net, record = model({"attention": "mla"}), defaultdict(list)
+    _hooks(net, record)
+    net(torch.randint(6, 20, (2, 7)))
+    assert len(record["attention"]) == 2  # one per layer's self-attention

@@ -37,7 +37,14 @@ from torch import Tensor, nn
 
 from attnlab.components.attention import MultiHeadLatentAttentionConfig
 from attnlab.nn.attention_kinds import FullAttention
-from attnlab.nn.kernels import AttentionInputs, Kernel, LayerCache, Past, choose_kernel
+from attnlab.nn.kernels import (
+    AttentionInputs,
+    ExplicitSoftmax,
+    Kernel,
+    LayerCache,
+    Past,
+    choose_kernel,
+)
 from attnlab.nn.positions import apply_rotary
 
 if TYPE_CHECKING:
@@ -71,7 +78,26 @@ class MultiHeadLatentAttention(nn.Module):
         self.out_proj = nn.Linear(d, d)  # W^O, eq. 19
         self.dropout = cfg.attn_dropout
         self.kernel: Kernel = choose_kernel(cfg.attn_impl)
+        self._chosen = self.kernel
         self.query_scale = 1.0  # as MultiHeadAttention's (μP is refused with mla)
+
+    @property
+    def record_weights(self) -> bool:
+        """Whether the last forward's softmax weights (eq. 18) are kept in ``last_weights``: the
+        explicit kernel runs while set, as in ``MultiHeadAttention``."""
+        return self.kernel is not self._chosen
+
+    @record_weights.setter
+    def record_weights(self, on: bool) -> None:
+        self.kernel = ExplicitSoftmax(record=True) if on else self._chosen
+
+    @property
+    def last_weights(self) -> Tensor | None:
+        return self.kernel.last_weights
+
+    @last_weights.setter
+    def last_weights(self, weights: Tensor | None) -> None:
+        self.kernel.last_weights = weights
 
     @property
     def keeps(self) -> object:
