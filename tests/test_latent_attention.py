@@ -137,3 +137,17 @@ def test_coordcheck_measures_each_mla_layer_as_attention() -> None:
     _hooks(net, record)
     net(torch.randint(6, 20, (2, 7)))
     assert len(record["attention"]) == 2  # one per layer's self-attention
+
+
+@pytest.mark.parametrize("init,zero", [("gpt2", False), ("paper", True)])
+def test_w_o_is_initialised_as_a_residual_output_projection(init: str, zero: bool) -> None:
+    """W^O (eq. 19) ends a residual branch: N(0, 0.02/√(2·n_layers)) under init=gpt2, and zero
+    with model.zero_init_residual, as MultiHeadAttention's W_O."""
+    net = model({"attention": "mla", "init": init, "zero_init_residual": zero, "n_layers": 8})
+    for layer in net.decoder.layers:
+        std = float(layer.self_attn.out_proj.weight.detach().std())
+        if zero:
+            assert std == 0.0
+        else:
+            assert std == pytest.approx(0.02 / math.sqrt(16), rel=0.1)
+            assert float(layer.self_attn.w_uq.weight.detach().std()) == pytest.approx(0.02, rel=0.1)
