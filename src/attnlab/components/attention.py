@@ -215,19 +215,12 @@ class MultiHeadLatentAttentionConfig(AttentionKindConfig):
 
     @classmethod
     def check(cls, cfg: ModelKeys) -> None:
-        """Decoupled RoPE with model.pos=rope only (other schemes: no k^R, no q^R); the init
-        rules of deepnorm and μP are written for MultiHeadAttention's W_Q, W_K, W_V."""
+        """Decoupled RoPE with model.pos=rope only (other schemes: no k^R, no q^R)."""
         if cfg.pos != "rope" and cfg.rope_head_dim is not None:
             raise ConfigError(
                 f"model.rope_head_dim={cfg.rope_head_dim} sizes MLA's decoupled RoPE key, and "
                 f"model.pos={cfg.pos} rotates nothing; set model.pos=rope or "
                 "model.rope_head_dim=null"
-            )
-        if cfg.get("norm") == "deepnorm" or cfg.get("param") == "mup":
-            what = "norm=deepnorm" if cfg.get("norm") == "deepnorm" else "param=mup"
-            raise ConfigError(
-                f"model.{what} is defined on MultiHeadAttention's W_Q, W_K, W_V, which "
-                "model.attention=mla replaces; use model.norm=pre and model.param=sp with mla"
             )
         if cfg.pos == "rope" and cfg.rope_head_dim is None and (cfg.d_head // 2) % 2:
             raise ConfigError(
