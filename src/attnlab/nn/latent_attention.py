@@ -54,7 +54,10 @@ if TYPE_CHECKING:
 class LatentSoftmax(FullAttention):
     """Eq. 18, the softmax over every key of the up-projected heads: full attention, whose
     queries and keys are d_h + d_h^R wide and values d_h (:class:`MultiHeadLatentAttention`
-    forms them)."""
+    forms them). No FlexAttention path of its own: the module computes eq. 18 with full
+    attention's kernels (``model.attn_impl``)."""
+
+    pattern = None  # type: ignore[assignment]
 
 
 class MultiHeadLatentAttention(nn.Module):
