@@ -40,6 +40,7 @@ from attnlab.nn.attention_kinds import FullAttention
 from attnlab.nn.kernels import (
     AttentionInputs,
     ExplicitSoftmax,
+    Keeps,
     Kernel,
     LayerCache,
     Past,
@@ -82,7 +83,6 @@ class MultiHeadLatentAttention(nn.Module):
         self.dropout = cfg.attn_dropout
         self.kernel: Kernel = choose_kernel(cfg.attn_impl)
         self._chosen = self.kernel
-        self.query_scale = 1.0  # as MultiHeadAttention's (μP is refused with mla)
 
     @property
     def record_weights(self) -> bool:
@@ -103,7 +103,7 @@ class MultiHeadLatentAttention(nn.Module):
         self.kernel.last_weights = weights
 
     @property
-    def keeps(self) -> object:
+    def keeps(self) -> Keeps:
         """Every token, in any decoding cache: full attention's."""
         return self.kernel.keeps
 
@@ -130,8 +130,6 @@ class MultiHeadLatentAttention(nn.Module):
         keys_latent = past.k[:, 0]  # every cached token's c^KV (B, T_k, d_c)
         k_content, v = self._heads(self.w_uk(keys_latent)), self._heads(self.w_uv(keys_latent))
         k = torch.cat([k_content, past.v.expand(-1, self.n_heads, -1, -1)], dim=-1)  # eq. 17
-        if self.query_scale != 1.0:
-            q = q * self.query_scale
         # eq. 18: the kernel's 1/√(q's width) is 1/√(d_h + d_h^R)
         out = self.kernel(q, Past(k, v), inputs, self.dropout if self.training else 0.0)
         B, H, T, Dh = out.shape
