@@ -149,6 +149,18 @@ def test_the_vit_takes_every_bidirectional_kind() -> None:
     ({"name": "decoder_only", "attention": "differential", "lambda_init": 1.0},
      "model.lambda_init=1.0"),
     ({"name": "decoder_only", "attention": "full", "lambda_init": 0.5}, "model.lambda_init"),
+    ({"name": "decoder_only", "attention": "full", "kv_latent_rank": 8}, "model.kv_latent_rank"),
+    ({"name": "decoder_only", "attention": "sigmoid", "q_latent_rank": 8}, "model.q_latent_rank"),
+    ({"name": "decoder_only", "attention": "full", "rope_head_dim": 4}, "model.rope_head_dim"),
+    ({"name": "decoder_only", "attention": "mla", "pos": "learned", "rope_head_dim": 4},
+     "model.pos=learned rotates nothing"),
+    ({"name": "decoder_only", "attention": "mla", "rope_head_dim": 3}, "must be even"),
+    ({"name": "decoder_only", "attention": "mla", "kv_latent_rank": 0},
+     "model.kv_latent_rank=0"),
+    ({"name": "decoder_only", "attention": "mla", "norm": "deepnorm"}, "model.norm=deepnorm"),
+    ({"name": "decoder_only", "attention": "mla", "param": "mup"}, "model.param=mup"),
+    ({"name": "decoder_only", "attention": "mla", "pos": "rope", "d_model": 24, "n_heads": 4},
+     "d_head/2 = 3"),
 ])  # fmt: skip
 def test_bad_attention_settings_are_one_line(overrides: dict, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
@@ -156,7 +168,8 @@ def test_bad_attention_settings_are_one_line(overrides: dict, needle: str) -> No
 
 
 @pytest.mark.parametrize("attention",
-                         ["sliding_window", "linear", "sigmoid", "differential", "mamba2"])
+                         ["sliding_window", "linear", "sigmoid", "differential", "mamba2",
+                          "mla"])
 def test_kinds_train_through_the_configs(attention: str, tmp_path) -> None:
     own = {"sliding_window": ["model.window=4"],  # its keys only
            "mamba2": ["model.ssm_state=16", "model.ssm_chunk=8"]}.get(attention, [])

@@ -253,6 +253,8 @@ def config_with(**values: object) -> ModelConfig:
         ({"attention": "sigmoid"}, "model.attention=sigmoid"),
         ({"attention": "differential"}, "model.attention=differential"),
         ({"attention": "mamba2", "pos": "none"}, "model.attention=mamba2"),
+        ({"attention": "mla", "pos": "rope", "norm_type": "rmsnorm", "ffn": "swiglu"},
+         "model.attention=mla"),
         ({"pos": "rope", "norm_type": "rmsnorm", "ffn": "swiglu", "attention": "sigmoid"},
          "model.attention=sigmoid"),  # fmt: skip
         ({"qk_norm": True}, "model.qk_norm=true"),

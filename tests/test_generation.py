@@ -22,6 +22,7 @@ from attnlab.nn.positions import sequence_positions
 from decoding_inputs import FORCED, VOCAB, left_padded_prompts, sources, step_logits
 
 MOE = {"ffn": "moe", "moe_experts": 4, "moe_top_k": 2, "moe_shared_experts": 1}
+MLA = {"attention": "mla", "kv_latent_rank": 12, "q_latent_rank": 20}  # keeps c^KV, k^R
 
 
 def make(name: str, vocab: int = VOCAB, **overrides: object) -> torch.nn.Module:
@@ -36,6 +37,9 @@ CACHE_CASES = [
     *[("decoder_only", pos, True, {}) for pos in sequence_positions()],
     *[("encoder_decoder", pos, False, {}) for pos in sequence_positions()],
     *[(name, "rope", False, MOE) for name in ("decoder_only", "encoder_decoder")],
+    *[(name, "rope", False, MLA) for name in ("decoder_only", "encoder_decoder")],
+    ("decoder_only", "rope", True, MLA),
+    ("decoder_only", "alibi", False, MLA),  # no decoupled RoPE part: c^KV alone
 ]
 
 

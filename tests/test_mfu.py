@@ -57,6 +57,10 @@ def counted_training_flops(cfg: ModelConfig, src_len: int, tgt_len: int, batch: 
         ("encoder_only", {"attention": "sigmoid", "attn_impl": "sdpa"}),
         ("decoder_only", {"attention": "differential"}),
         ("encoder_decoder", {"attention": "differential"}),
+        ("decoder_only", {"attention": "mla", "pos": "rope"}),
+        ("decoder_only", {"attention": "mla", "pos": "rope", "kv_latent_rank": 12,
+                          "q_latent_rank": 20, "rope_head_dim": 6}),
+        ("encoder_decoder", {"attention": "mla", "pos": "alibi", "q_latent_rank": 8}),
     ],
 )
 def test_training_flops_match_torch_flop_counter(name: str, overrides: dict) -> None:

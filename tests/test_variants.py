@@ -151,6 +151,7 @@ VARIANTS = [
     "model.zero_init_residual=true",
     "model=decoder_only model.prefix_lm=true",
     "model.tie_embeddings=output", "model.tie_embeddings=false", "model.attn_impl=math",
+    "model.attention=mla model.kv_latent_rank=8 model.q_latent_rank=8",  # no RoPE: no k^R
 ]  # fmt: skip
 
 

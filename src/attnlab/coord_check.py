@@ -87,10 +87,12 @@ def _hooks(model: nn.Module, record: dict[str, list[float]]) -> list[Any]:
     from attnlab.models.stack import TokenEmbedding
     from attnlab.nn.attention import MultiHeadAttention
     from attnlab.nn.feedforward import FeedForward, SwiGLU
+    from attnlab.nn.latent_attention import MultiHeadLatentAttention
     from attnlab.nn.layers import DecoderLayer, ParallelLayer
     from attnlab.nn.moe import MixtureOfExperts
 
-    kinds = ((TokenEmbedding, "embedding"), (MultiHeadAttention, "attention"),
+    kinds = ((TokenEmbedding, "embedding"),
+             ((MultiHeadAttention, MultiHeadLatentAttention), "attention"),
              ((FeedForward, SwiGLU, MixtureOfExperts), "ffn"),
              ((DecoderLayer, ParallelLayer), "residual"), (Readout, "logits"))  # fmt: skip
     experts = {  # a mixture's experts: measured as the mixture's output (one may get no token)

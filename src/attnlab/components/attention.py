@@ -224,6 +224,68 @@ class Mamba2Config(AttentionKindConfig):
                                   f"({why}); set model.{key}={fix}")  # fmt: skip
 
 
+def even_or_null(key: str, value: Any) -> None:
+    positive_or_null(key, value)
+    if value is not None and value % 2:
+        raise ConfigError(f"model.{key}={value} must be even (RoPE rotates pairs), or null")
+
+
+@ATTENTION_KINDS.declare
+class MultiHeadLatentAttentionConfig(AttentionKindConfig):
+    """Multi-head latent attention: keys and values up-projected from one latent c_KV = W_DKV·h
+    of d_c, plus one shared RoPE key k^R = RoPE(W_KR·h) of d_h^R; decoding keeps only
+    [c_KV; k^R] per token (DeepSeek-AI 2024, "DeepSeek-V2", §2.1).
+
+    With a model.pos other than rope there is no decoupled part (no k^R, q^R): the cache
+    keeps c_KV only and the positions act as they do for full attention."""
+
+    name, builds, sparse = "mla", "attnlab.nn.latent_attention:LatentSoftmax", False
+    # self-attention is this module, not MultiHeadAttention's projections around a kind
+    heads = "attnlab.nn.latent_attention:MultiHeadLatentAttention"
+    keys = {
+        "kv_latent_rank": Key(None, int | None, positive_or_null, "mla: d_c, the rank of the "
+                              "joint key/value latent c_KV; null: 4·d_head (DeepSeek-V2's)"),
+        "q_latent_rank": Key(None, int | None, positive_or_null, "mla: d_c', the rank of the "
+                             "query latent c_Q; null: no query compression"),
+        "rope_head_dim": Key(None, int | None, even_or_null, "mla: d_h^R, the decoupled RoPE "
+                             "dimensions of each query head and the shared key; null: d_head/2"),
+    }  # fmt: skip
+
+    @classmethod
+    def sizes(cls, cfg: ModelKeys) -> tuple[int, int | None, int]:
+        """(d_c, d_c', d_h^R), the nulls resolved: d_c' None is no query compression, d_h^R
+        is 0 without model.pos=rope (no decoupled part)."""
+        d_c = cfg.kv_latent_rank if cfg.kv_latent_rank is not None else 4 * cfg.d_head
+        d_rope = cfg.rope_head_dim if cfg.rope_head_dim is not None else cfg.d_head // 2
+        return d_c, cfg.q_latent_rank, d_rope if cfg.pos == "rope" else 0
+
+    @classmethod
+    def rotary_dim(cls, cfg: ModelKeys) -> int:
+        """d_h^R: RoPE acts on the decoupled dimensions only (read with model.pos=rope)."""
+        return cls.sizes(cfg)[2]
+
+    @classmethod
+    def check(cls, cfg: ModelKeys) -> None:
+        """Decoupled RoPE with model.pos=rope only (other schemes: no k^R, no q^R)."""
+        if cfg.pos != "rope" and cfg.rope_head_dim is not None:
+            raise ConfigError(
+                f"model.rope_head_dim={cfg.rope_head_dim} sizes MLA's decoupled RoPE key, and "
+                f"model.pos={cfg.pos} rotates nothing; set model.pos=rope or "
+                "model.rope_head_dim=null"
+            )
+        if cfg.pos == "rope" and cfg.get("rotary_fraction", 1.0) != 1.0:
+            raise ConfigError(
+                f"model.rotary_fraction={cfg.rotary_fraction} rotates part of each head, and "
+                "model.attention=mla rotates its own decoupled dimensions whole; size them with "
+                "model.rope_head_dim and set model.rotary_fraction=1.0"
+            )
+        if cfg.pos == "rope" and cfg.rope_head_dim is None and (cfg.d_head // 2) % 2:
+            raise ConfigError(
+                f"model.attention=mla rotates d_head/2 = {cfg.d_head // 2} dimensions by "
+                "default, an odd number; set an even model.rope_head_dim"
+            )
+
+
 # model.attn_impl ---------------------------------------------------------------------------
 class AttentionImplConfig(ComponentConfig):
     """Base of ``model.attn_impl``: how ``MultiHeadAttention`` computes its kind

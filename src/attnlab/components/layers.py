@@ -70,8 +70,9 @@ class DeepNormConfig(ResidualConfig):
 
     @classmethod
     def check(cls, cfg: ModelKeys) -> None:
-        """DeepNet's init sets the very matrices ``model.zero_init_residual`` zeroes, and its
-        gains are for attention's W_V and W_O, which a Mamba-2 mixer has not."""
+        """DeepNet's init sets the very matrices ``model.zero_init_residual`` zeroes, its gains
+        are for attention's W_V and W_O, which a Mamba-2 mixer has not, and for W_Q, W_K,
+        W_V, which multi-head latent attention does not have."""
         if cfg.get("attention") == "mamba2":
             raise ConfigError(
                 "model.norm=deepnorm initialises attention's W_V and W_O with its gain β (Wang "
@@ -82,6 +83,11 @@ class DeepNormConfig(ResidualConfig):
                 "model.zero_init_residual=true zeroes W_O and the FFN's W₂, which "
                 "model.norm=deepnorm initialises with its gain β (Wang et al. 2022); use one "
                 "of the two"
+            )
+        if cfg.get("attention") == "mla":
+            raise ConfigError(
+                "model.norm=deepnorm initialises W_Q, W_K and W_V with its gains (Wang et al. "
+                "2022), and model.attention=mla has none; use model.norm=pre or post with mla"
             )
 
 

@@ -80,6 +80,11 @@ RULES: tuple[Refusal, ...] = (
         lambda m: "model.param=mup scales softmax attention logits by 1/d_head and "
         "model.attention=linear has none; use model.param=sp or a softmax attention kind",
     ),
+    Refusal(  # μP's widths and 1/d_head logits are set for W_Q, W_K, W_V of MultiHeadAttention
+        lambda m: m.get("param") == "mup" and m.get("attention") == "mla",
+        lambda m: "model.param=mup is set up for MultiHeadAttention's W_Q, W_K, W_V and "
+        "model.attention=mla replaces them; use model.param=sp with mla",
+    ),
 )
 
 

@@ -260,6 +260,12 @@ def choose_mapping(cfg: ModelConfig, task: str) -> type[Mapping]:
             "format=hf: model.attention=mamba2 has no exact Hugging Face equivalent (attnlab "
             "layers put an FFN after the mixer; Mamba2ForCausalLM has none); use format=native"
         )
+    if cfg.get("attention") == "mla":  # DeepseekV3Attention normalises its latents
+        raise ConfigError(
+            "format=hf: model.attention=mla (multi-head latent attention) has no exact Hugging "
+            "Face equivalent here (DeepseekV3ForCausalLM's adds RMSNorms on c^Q and c^KV and "
+            "comes with its mixture of experts); use format=native"
+        )
     if cfg.name == "encoder_only":
         return _checked(BertMapping, cfg)
     if cfg.name != "decoder_only":

@@ -1,4 +1,5 @@
-"""Forward FLOPs of the Transformer's matrix products, per example (for MFU and the bench).
+"""Forward FLOPs of the Transformer's matrix products, per example (for MFU and the bench),
+and the numbers a decoding cache keeps per token (:func:`cache_elements_per_token`).
 
 Multiply-add = 2 FLOPs. Per layer and token: W_Q, W_K, W_V, W_O (2·4·d², less with
 grouped-query attention, whose W_K and W_V have n_kv_heads·d_head rows), the scores
@@ -28,6 +29,11 @@ model FLOPs, as MFU counts them (PaLM, App. B) — per ``model.attention``:
   (2·T·d over the heads, QKᵀ's), and A₁ − λA₂ weighs the pair's 2d values once (2·T·d,
   AV's; Ye et al. 2025, eq. 1). The SDPA path multiplies each map by V (twice AV), which
   is not counted.
+* ``mla``: all T keys, as ``full``, each query and key n_h·(d_h + d_h^R) wide (the decoupled
+  RoPE dimensions, 2·T·(d + n_h·d_h^R) for QKᵀ) and the values d (DeepSeek-V2, eq. 18); its
+  projections are the down- and up-projections of eq. 9–15, each token's latent up-projected
+  once (a cached decoding step without weight absorption repeats W^UK, W^UV over the
+  history, which is not counted).
 * ``linear``: φ(K)ᵀV and φ(Q)ᵀS, d_head × d_head per head and token (2·2·d_head·d), and the
   normaliser φ(Q)ᵀZ (2·d; Katharopoulos et al. 2020, eq. 6). The causal kernel's chunks
   (the quadratic form within 64 tokens) are not counted.
@@ -127,6 +133,9 @@ def _mask_count(kind: type, cfg: tuple, causal: bool, length: int) -> int:
 def attention_flops(cfg: ModelConfig, length: int, causal: bool) -> int:
     """Forward FLOPs of one self-attention over ``length`` tokens, all heads, W_Q … W_O excluded."""
     d = cfg.d_model
+    if cfg.attention == "mla":  # q·k over n_h·(d_h + d_h^R), AV over d_h per head
+        d_rope = cfg.component("attention").sizes(cfg)[2]
+        return 2 * attended_pairs(cfg, length, causal) * (2 * d + cfg.n_heads * d_rope)
     if cfg.attention == "linformer":
         k = cfg.linformer_k
         return 2 * 2 * length * k * d + 2 * 2 * k * length * d  # QKᵀ, AV over k rows; E·K, F·V
@@ -151,6 +160,20 @@ def mamba2_flops(cfg: ModelConfig, length: int) -> int:
     return length * (projections + 2 * cfg.ssm_conv * conv_channels) + within + across
 
 
+def self_attention_projection_flops(cfg: ModelConfig) -> int:
+    """Per token: W_Q, W_K, W_V, W_O; for mla W^DKV, W^UK, W^UV, W^KR, (W^DQ,) W^UQ, W^QR
+    and W^O (DeepSeek-V2, eq. 9–19), each token's latent up-projected once."""
+    d = cfg.d_model
+    if cfg.attention == "mla":
+        d_c, d_cq, d_rope = cfg.component("attention").sizes(cfg)
+        query_in = d_cq or d  # W^UQ and W^QR read c^Q, or h without query compression
+        keys = d * d_c + 2 * d_c * d + d * d_rope  # W^DKV; W^UK, W^UV; W^KR
+        queries = d * (d_cq or 0) + query_in * d + query_in * cfg.n_heads * d_rope
+        return 2 * (keys + queries + d * d)  # and W^O
+    d_kv = (cfg.n_kv_heads or cfg.n_heads) * (d // cfg.n_heads)
+    return 2 * (2 * d * d + 2 * d * d_kv)  # W_Q, W_O; W_K, W_V
+
+
 def transformer_flops(
     cfg: ModelConfig, length: int, layers: int, memory_len: int = 0, causal: bool | None = None
 ) -> int:
@@ -162,7 +185,7 @@ def transformer_flops(
     """
     d = cfg.d_model
     d_kv = (cfg.n_kv_heads or cfg.n_heads) * (d // cfg.n_heads)  # K/V width (GQA: narrower)
-    projections = 2 * (2 * d * d + 2 * d * d_kv)  # W_Q, W_O; W_K, W_V
+    projections = self_attention_projection_flops(cfg)
     if causal is None:
         causal = memory_len > 0 or cfg.name == "decoder_only"
     if cfg.attention == "mamba2":
@@ -180,3 +203,14 @@ def transformer_flops(
 def output_flops(cfg: ModelConfig, positions: int) -> int:
     """The output projection onto the vocabulary at ``positions`` positions."""
     return positions * 2 * cfg.d_model * cfg.vocab_size
+
+
+def cache_elements_per_token(cfg: ModelConfig) -> int:
+    """Numbers one self-attention layer's decoding cache keeps per token (× the dtype's bytes:
+    bytes): 2·n_h·d_h keys and values for multi-head attention, 2·n_kv·d_h for grouped-query
+    attention, d_c + d_h^R for ``model.attention=mla`` (DeepSeek-V2, §2.1.4, Table 1). For the
+    kinds that keep every token; a sliding window keeps at most w, linear attention sums."""
+    if cfg.attention == "mla":
+        d_c, _, d_rope = cfg.component("attention").sizes(cfg)
+        return d_c + d_rope
+    return 2 * (cfg.n_kv_heads or cfg.n_heads) * cfg.d_head

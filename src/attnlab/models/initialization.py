@@ -8,6 +8,7 @@ from torch import nn
 
 from attnlab.nn.attention import MultiHeadAttention
 from attnlab.nn.feedforward import FeedForward, SwiGLU
+from attnlab.nn.latent_attention import MultiHeadLatentAttention
 from attnlab.nn.mamba2 import Mamba2Mixer
 from attnlab.nn.positions import Positions
 
@@ -40,8 +41,9 @@ def initialize(
         if isinstance(module, Mamba2Mixer):
             residual_outputs.add(module.out_proj.weight)
             own.update(module.own_init())
-        if isinstance(module, MultiHeadAttention):
+        if isinstance(module, MultiHeadAttention | MultiHeadLatentAttention):
             residual_outputs.add(module.out_proj.weight)
+        if isinstance(module, MultiHeadAttention):
             stacked[module.in_proj.weight] = module.split_sizes
         if isinstance(module, FeedForward | SwiGLU):
             residual_outputs.add(module.linear2.weight)

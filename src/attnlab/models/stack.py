@@ -110,12 +110,15 @@ class TransformerStack(nn.Module):
         super().__init__()
         self.causal, self.pad_id = causal, cfg.get("pad_id")  # a ViT's stack reads no tokens
         self.checkpointing = cfg.activation_checkpointing
-        self.sparse = cfg.attention != "full"
+        self.sparse = cfg.component("attention").sparse  # mla: full attention's inputs
         self.embedding = embedding
         # relative buckets look both ways unless attention is purely causal: a prefix-LM
         # sees keys to its right inside the prefix (Mesh TF, Unitransformer.fully_autoregressive)
         fully_causal = causal and not cfg.get("prefix_lm")
         self.positions = make_positions(cfg, fully_causal, grid)
+        rotary_dim = getattr(cfg.component("attention"), "rotary_dim", None)
+        if rotary_dim is not None:  # mla rotates its decoupled d_h^R dimensions only
+            self.positions.rotary_dim = rotary_dim(cfg)
         self.dropout = Dropout(cfg.dropout)
         self.embed_norm = make_norm(cfg.norm_type, cfg.d_model) if cfg.embed_norm else None
         depth = depth or StackDepth()

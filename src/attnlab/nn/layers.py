@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor, nn
 
+from attnlab.components.core import locate
 from attnlab.nn.attention import MultiHeadAttention
 from attnlab.nn.dropout import Dropout
 from attnlab.nn.kernels import AttentionInputs
@@ -37,14 +38,18 @@ def residual(cfg: ModelConfig, depth: StackDepth) -> nn.Module:
 
 
 def attention(cfg: ModelConfig, causal: bool = False, cross: bool = False) -> nn.Module:
-    """Self-attention with the ``model.attention`` kind (causal unless a prefix-LM);
-    cross-attention is always full. A kind that is a whole token mixer (``mamba2``) takes
-    the attention's place, projections included."""
+    """Self-attention with the ``model.attention`` kind (causal unless a prefix-LM), or the
+    kind's own module where it replaces the projections (``heads``: mla); cross-attention
+    is always full multi-head attention. A kind that is a whole token mixer (``mamba2``)
+    takes the attention's place, projections included."""
     if not cross and cfg.component("attention").mixer:
         return cfg.component("attention").build(cfg, causal)
-    kind = None
+    kind, causal = None, causal and not cfg.get("prefix_lm")
+    heads = getattr(cfg.component("attention"), "heads", None)
+    if heads is not None and not cross:
+        return locate(heads)(cfg, causal)
     if cfg.attention != "full" and not cross:
-        kind = cfg.component("attention").build(cfg, causal and not cfg.get("prefix_lm"))
+        kind = cfg.component("attention").build(cfg, causal)
     return MultiHeadAttention(
         cfg.d_model, cfg.n_heads, cfg.attn_dropout, cfg.attn_impl,
         n_kv_heads=cfg.n_kv_heads, qk_norm=cfg.qk_norm, norm_type=cfg.norm_type, kind=kind,

@@ -210,6 +210,10 @@ class RotaryPositions(Positions):
     (``model.rotary_fraction``; GPT-NeoX's ``rotary_pct``, Black et al. 2022, §2.1).
     """
 
+    # the rotated dimensions of a head where the attention kind sets them (mla's decoupled
+    # d_h^R); None: ⌊fraction·d_head⌋
+    rotary_dim: int | None = None
+
     def __init__(
         self, d_model: int, n_heads: int, max_len: int, causal: bool, theta: float = 10000.0,
         fraction: float = 1.0,
@@ -218,7 +222,7 @@ class RotaryPositions(Positions):
         self.theta, self.rotated = theta, rotated_dims(d_model // n_heads, fraction)
 
     def rotary(self, pos: Tensor) -> tuple[Tensor, Tensor]:
-        angles = _angles(pos, self.rotated, self.theta)  # (…, T, r/2)
+        angles = _angles(pos, self.rotary_dim or self.rotated, self.theta)  # (…, T, r/2)
         if angles.dim() == 2:
             angles = angles.unsqueeze(0)
         angles = angles.unsqueeze(1)  # (B|1, 1, T, r/2): broadcast over heads
