@@ -106,3 +106,33 @@ def test_a_short_race_runs_both_and_reports_a_ratio(tmp_path: Path) -> None:
     report = json.loads(out.read_text())
     assert report["ratios_to_nanogpt"]["attnlab"]["of_medians"] > 0
     assert all(r["val_loss"] is not None for r in report["rounds"][0].values())
+
+
+def test_the_speedrun_runs_its_own_preset_and_steps() -> None:
+    race = load_race()
+    assert "experiment=speedrun_shakespeare_char_cpu" in race.speedrun_command()
+    assert "test=false" in race.speedrun_command()
+    assert not any(a.startswith("trainer.max_steps") for a in race.speedrun_command())
+    assert race.speedrun_steps() == 650  # conf/experiment/speedrun_shakespeare_char_cpu.yaml
+
+
+def test_the_speedrun_is_read_against_the_baseline_preset_in_the_same_rounds(capsys) -> None:
+    race = load_race()
+    rounds = [
+        {"attnlab": {"seconds": base, "val_loss": 1.88, "step_ms": 25.0},
+         "attnlab_speedrun": {"seconds": fast, "val_loss": loss, "step_ms": 40.0}}
+        for base, fast, loss in [(50.0, 30.0, 1.86), (60.0, 33.0, 1.85), (55.0, 36.0, 1.87)]
+    ]  # fmt: skip
+    report = race.summarise(rounds, ["attnlab", "attnlab_speedrun"],
+                            {"attnlab": 2000, "attnlab_speedrun": 650})  # fmt: skip
+    reading = report["ratios_to_nanogpt"]["attnlab_speedrun/attnlab"]
+    assert reading["per_round"] == pytest.approx([0.6, 0.55, 36 / 55])
+    assert reading["of_medians"] == pytest.approx(33.0 / 55.0)
+    assert reading["reached"] is True and reading["val_loss"]["attnlab_speedrun"] == 1.86
+    # time outside the steps with each contender's own number of steps
+    assert report["outside_steps_s"]["attnlab_speedrun"] == pytest.approx(33.0 - 650 * 0.040)
+    assert "not reached" not in capsys.readouterr().out
+    slower = [{**r, "attnlab_speedrun": {**r["attnlab_speedrun"], "val_loss": 1.9}}
+              for r in rounds]  # fmt: skip
+    assert race.summarise(slower, ["attnlab", "attnlab_speedrun"])["ratios_to_nanogpt"][
+        "attnlab_speedrun/attnlab"]["reached"] is False

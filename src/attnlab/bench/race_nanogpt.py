@@ -52,6 +52,23 @@ def attnlab_command(max_iters: int, compile: bool) -> list[str]:
     ]  # fmt: skip
 
 
+SPEEDRUN = "speedrun_shakespeare_char_cpu"
+
+
+def speedrun_command() -> list[str]:
+    """``experiment=speedrun_shakespeare_char_cpu`` as it stands: its own optimiser, schedule
+    and number of steps (:func:`speedrun_steps`)."""
+    return [sys.executable, "-m", "attnlab.train", f"experiment={SPEEDRUN}",
+            "trainer.enable_progress_bar=false", "test=false"]  # fmt: skip
+
+
+def speedrun_steps() -> int:
+    """The speedrun preset's ``trainer.max_steps``, read from its file."""
+    from omegaconf import OmegaConf
+
+    return int(OmegaConf.load(REPO / "conf" / "experiment" / f"{SPEEDRUN}.yaml").trainer.max_steps)
+
+
 def prepare_nanogpt(source: Path, data_root: Path, work: Path) -> Path:
     """A copy of nanoGPT with its shakespeare_char data prepared from the shared text."""
     target = work / "nanogpt"
@@ -113,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--contenders",
         default="nanogpt,attnlab,attnlab_compiled",
-        help="some of: nanogpt, nanogpt_compiled, attnlab, attnlab_compiled",
+        help="some of: nanogpt, nanogpt_compiled, attnlab, attnlab_compiled, attnlab_speedrun "
+        "(experiment=speedrun_shakespeare_char_cpu, its own steps)",
     )
     parser.add_argument("--nanogpt", type=Path, default=REPO.parent / "shared/reference/nanogpt")
     data_root = os.environ.get("ATTNLAB_DATA_ROOT", REPO.parent / "shared/data")
@@ -138,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             "nanogpt_compiled": (nanogpt_command(args.max_iters, True), nanogpt),
             "attnlab": (attnlab_command(args.max_iters, False), work),
             "attnlab_compiled": (attnlab_command(args.max_iters, True), work),
+            "attnlab_speedrun": (speedrun_command(), work),
         }
         rounds: list[dict[str, dict]] = []
         for r in range(args.rounds):
@@ -151,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"val loss {results[name]['val_loss']}  step "
                       f"{f'{step:.1f} ms' if step else '?'}", flush=True)  # fmt: skip
             rounds.append(results)
-    report = summarise(rounds, names, args.max_iters)
+    steps = {n: speedrun_steps() if n == "attnlab_speedrun" else args.max_iters for n in names}
+    report = summarise(rounds, names, steps)
     report["config"] = {"max_iters": args.max_iters, "rounds": args.rounds,
                         "cpu_count": os.cpu_count(), "python": sys.version.split()[0]}  # fmt: skip
     if args.json:
@@ -160,18 +180,22 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def summarise(
-    rounds: list[dict[str, dict]], names: list[str], steps_run: int | None = None
-) -> dict:
+    rounds: list[dict[str, dict]], names: list[str],
+    steps_run: int | dict[str, int] | None = None,
+) -> dict:  # fmt: skip
     """Medians per contender and attnlab's ratios to each nanoGPT. With ``steps_run`` (the
-    training steps of each run) also each contender's time outside its training steps
-    (median seconds − steps × median step time: start-up, evaluation, checkpoints, the
-    test pass) and attnlab's ratio to the faster nanoGPT split into its two parts."""
+    training steps of each run, or of each contender) also each contender's time outside
+    its training steps (median seconds − steps × median step time: start-up, evaluation,
+    checkpoints, the test pass) and attnlab's ratio to the faster nanoGPT split into its two
+    parts. The speedrun is also read against ``attnlab``, the baseline preset it shortens:
+    its time ratio and whether it reached the baseline's validation loss."""
     medians = {n: statistics.median(r[n]["seconds"] for r in rounds) for n in names}
     steps = {n: statistics.median(r[n]["step_ms"] for r in rounds) for n in names
              if all("step_ms" in r[n] for r in rounds)}  # fmt: skip
     outside = {}
     if steps_run:  # nanoGPT's loop runs iterations 0 … max_iters: one more step
-        ran = {n: steps_run + n.startswith("nanogpt") for n in steps}
+        per_name = steps_run if isinstance(steps_run, dict) else dict.fromkeys(names, steps_run)
+        ran = {n: per_name[n] + n.startswith("nanogpt") for n in steps}
         outside = {n: medians[n] - ran[n] * steps[n] / 1e3 for n in steps}
     print(f"\n{'contender':<17} {'median s':>9} {'step ms':>8} {'outside steps s':>16} "
           f"{'val loss (each round)':>24}")  # fmt: skip
@@ -205,8 +229,26 @@ def summarise(
                 print(f"  per training step {reading['step_ratio']:.3f}; the whole run with "
                       f"{faster}'s time outside the steps {reading['with_its_outside_time']:.3f}")
             ratios[f"{name}/fastest_nanogpt"] = reading
+    if "attnlab_speedrun" in names and "attnlab" in names:
+        ratios["attnlab_speedrun/attnlab"] = speedrun_reading(rounds, medians)
     return {"rounds": rounds, "median_s": medians, "median_step_ms": steps,
             "outside_steps_s": outside, "ratios_to_nanogpt": ratios}
+
+
+def speedrun_reading(rounds: list[dict[str, dict]], medians: dict[str, float]) -> dict:
+    """The speedrun against the baseline preset in the same rounds: whole-process time
+    ratios, and its final validation loss against the baseline's (the target)."""
+    per_round = [r["attnlab_speedrun"]["seconds"] / r["attnlab"]["seconds"] for r in rounds]
+    loss = {n: statistics.median(r[n]["val_loss"] for r in rounds) for n in
+            ("attnlab", "attnlab_speedrun") if all(r[n]["val_loss"] for r in rounds)}  # fmt: skip
+    reached = loss["attnlab_speedrun"] <= loss["attnlab"] if len(loss) == 2 else None
+    of_medians = medians["attnlab_speedrun"] / medians["attnlab"]
+    shown = " ".join(f"{x:.3f}" for x in per_round)
+    print(f"attnlab_speedrun / attnlab: per round {shown}; of the medians {of_medians:.3f}; "
+          f"median val loss {loss.get('attnlab_speedrun')} vs {loss.get('attnlab')} "
+          f"({'reached' if reached else 'not reached'})")  # fmt: skip
+    return {"per_round": per_round, "of_medians": of_medians, "val_loss": loss,
+            "reached": reached}
 
 
 if __name__ == "__main__":
