@@ -28,8 +28,8 @@ from attnlab.export.hf import (
     GPT2Mapping,
     LlamaMapping,
     choose_mapping,
-    half_split_rows,
 )
+from attnlab.export.mapping import half_split_rows
 from attnlab.generate import load_model
 from attnlab.inference.generation import generate
 from attnlab.model_config import ModelConfig

@@ -22,7 +22,7 @@ from typing import Any
 
 from torch import Tensor
 
-from attnlab.export.mapping import Mapping, _linear, _split_projection, half_split_rows
+from attnlab.export.mapping import Mapping, rotary_attention
 from attnlab.special_tokens import PAD
 
 
@@ -76,19 +76,8 @@ class Gemma2Mapping(Mapping):
         for i, layer in enumerate(decoder.layers):
             p = f"model.layers.{i}."
             attention = layer.self_attn
-            q, k, v, bq, bk, bv = _split_projection(attention, self.query_scale(attention))
-            q_rows = half_split_rows(attention.n_heads, d_head)
-            k_rows = half_split_rows(attention.n_kv_heads, d_head)
-            out |= {
-                p + "self_attn.q_proj.weight": q[q_rows], p + "self_attn.k_proj.weight": k[k_rows],
-                p + "self_attn.v_proj.weight": v,
-            }  # fmt: skip
-            if self.cfg.bias:
-                out |= {
-                    p + "self_attn.q_proj.bias": bq[q_rows],
-                    p + "self_attn.k_proj.bias": bk[k_rows], p + "self_attn.v_proj.bias": bv,
-                }  # fmt: skip
-            out |= _linear(p + "self_attn.o_proj", attention.out_proj, self.cfg.bias)
+            out |= rotary_attention(p + "self_attn.", attention, d_head,
+                                    self.query_scale(attention), self.cfg.bias)  # fmt: skip
             norms = {"input_layernorm": layer.attn_residual.norm,
                      "post_attention_layernorm": layer.attn_residual.out_norm,
                      "pre_feedforward_layernorm": layer.ffn_residual.norm,

@@ -53,7 +53,7 @@ from attnlab.export.mapping import (
     _norm,
     _shown,
     _split_projection,
-    half_split_rows,
+    rotary_attention,
 )
 from attnlab.model_config import ModelConfig
 from attnlab.special_tokens import PAD
@@ -155,19 +155,8 @@ class LlamaMapping(Mapping):
         for i, layer in enumerate(decoder.layers):
             p = f"model.layers.{i}."
             attention = layer.self_attn
-            q, k, v, bq, bk, bv = _split_projection(attention, self.query_scale(attention))
-            q_rows = half_split_rows(attention.n_heads, d_head)
-            k_rows = half_split_rows(attention.n_kv_heads, d_head)
-            out |= {
-                p + "self_attn.q_proj.weight": q[q_rows], p + "self_attn.k_proj.weight": k[k_rows],
-                p + "self_attn.v_proj.weight": v,
-            }  # fmt: skip
-            if self.cfg.bias:
-                out |= {
-                    p + "self_attn.q_proj.bias": bq[q_rows],
-                    p + "self_attn.k_proj.bias": bk[k_rows], p + "self_attn.v_proj.bias": bv,
-                }  # fmt: skip
-            out |= _linear(p + "self_attn.o_proj", attention.out_proj, self.cfg.bias)
+            out |= rotary_attention(p + "self_attn.", attention, d_head,
+                                    self.query_scale(attention), self.cfg.bias)  # fmt: skip
             out[p + "input_layernorm.weight"] = layer.attn_residual.norm.weight.detach()
             out[p + "post_attention_layernorm.weight"] = layer.ffn_residual.norm.weight.detach()
             out[p + "mlp.gate_proj.weight"] = layer.ffn.gate.weight.detach()

@@ -98,6 +98,22 @@ def half_split_rows(n_heads: int, d_head: int) -> Tensor:
     return (torch.arange(n_heads).unsqueeze(1) * d_head + within).flatten()
 
 
+def rotary_attention(prefix: str, attention: Any, d_head: int, query_scale: float,
+                     bias: bool) -> dict[str, Tensor]:  # fmt: skip
+    """``q_proj``, ``k_proj``, ``v_proj``, ``o_proj`` of a Llama-style attention (Llama,
+    Gemma 2): attnlab's fused projection split, W_Q and W_K rows reordered from RoPE's
+    interleaved pairs to Hugging Face's halves."""
+    q, k, v, bq, bk, bv = _split_projection(attention, query_scale)
+    q_rows = half_split_rows(attention.n_heads, d_head)
+    k_rows = half_split_rows(attention.n_kv_heads, d_head)
+    out = {prefix + "q_proj.weight": q[q_rows], prefix + "k_proj.weight": k[k_rows],
+           prefix + "v_proj.weight": v}  # fmt: skip
+    if bias:
+        out |= {prefix + "q_proj.bias": bq[q_rows], prefix + "k_proj.bias": bk[k_rows],
+                prefix + "v_proj.bias": bv}  # fmt: skip
+    return out | _linear(prefix + "o_proj", attention.out_proj, bias)
+
+
 def _bias(module: Any) -> Tensor:
     """A linear map's or norm's bias; zeros under ``model.bias=false``, which compute the
     same as none where the target class always has one (GPT-2, BERT)."""
