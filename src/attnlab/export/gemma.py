@@ -22,7 +22,7 @@ from typing import Any
 
 from torch import Tensor
 
-from attnlab.export.mapping import Mapping, rotary_attention
+from attnlab.export.mapping import Mapping, gated_mlp, rotary_attention
 from attnlab.special_tokens import PAD
 
 
@@ -83,9 +83,7 @@ class Gemma2Mapping(Mapping):
                      "pre_feedforward_layernorm": layer.ffn_residual.norm,
                      "post_feedforward_layernorm": layer.ffn_residual.out_norm}  # fmt: skip
             out |= {p + f"{name}.weight": gain(norm) for name, norm in norms.items()}
-            out[p + "mlp.gate_proj.weight"] = layer.ffn.gate.weight.detach()
-            out[p + "mlp.up_proj.weight"] = layer.ffn.linear1.weight.detach()
-            out[p + "mlp.down_proj.weight"] = layer.ffn.linear2.weight.detach()
+            out |= gated_mlp(p + "mlp.", layer.ffn)
         out["model.norm.weight"] = gain(decoder.final_norm)
         if head is not None:
             out["lm_head.weight"] = head

@@ -53,6 +53,7 @@ from attnlab.export.mapping import (
     _norm,
     _shown,
     _split_projection,
+    gated_mlp,
     rotary_attention,
 )
 from attnlab.model_config import ModelConfig
@@ -159,9 +160,7 @@ class LlamaMapping(Mapping):
                                     self.query_scale(attention), self.cfg.bias)  # fmt: skip
             out[p + "input_layernorm.weight"] = layer.attn_residual.norm.weight.detach()
             out[p + "post_attention_layernorm.weight"] = layer.ffn_residual.norm.weight.detach()
-            out[p + "mlp.gate_proj.weight"] = layer.ffn.gate.weight.detach()
-            out[p + "mlp.up_proj.weight"] = layer.ffn.linear1.weight.detach()
-            out[p + "mlp.down_proj.weight"] = layer.ffn.linear2.weight.detach()
+            out |= gated_mlp(p + "mlp.", layer.ffn)
         out["model.norm.weight"] = decoder.final_norm.weight.detach()
         if head is not None:
             out["lm_head.weight"] = head

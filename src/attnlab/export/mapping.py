@@ -114,6 +114,14 @@ def rotary_attention(prefix: str, attention: Any, d_head: int, query_scale: floa
     return out | _linear(prefix + "o_proj", attention.out_proj, bias)
 
 
+def gated_mlp(prefix: str, ffn: Any) -> dict[str, Tensor]:
+    """``gate_proj``, ``up_proj``, ``down_proj`` of a gated MLP (Llama, Gemma 2):
+    attnlab's SwiGLU/GEGLU W₁ (the gate), V and W₂."""
+    return {prefix + "gate_proj.weight": ffn.gate.weight.detach(),
+            prefix + "up_proj.weight": ffn.linear1.weight.detach(),
+            prefix + "down_proj.weight": ffn.linear2.weight.detach()}  # fmt: skip
+
+
 def _bias(module: Any) -> Tensor:
     """A linear map's or norm's bias; zeros under ``model.bias=false``, which compute the
     same as none where the target class always has one (GPT-2, BERT)."""

@@ -54,7 +54,34 @@ class ProjectionRows:
         return None if self.stacked.bias is None else self.stacked.bias[self.rows]
 
 
-class MultiHeadAttention(nn.Module):
+class KernelSwitch:
+    """What an attention module with a ``kernel`` (and ``_chosen``, the one its
+    ``attn_impl`` picked) shows outside: whether it records weights (the explicit kernel runs
+    in the chosen one's place while set), the last recorded ones, and what a decoding cache
+    keeps for it (:class:`~attnlab.nn.kernels.Keeps`)."""
+
+    kernel: Kernel
+    _chosen: Kernel
+
+    @property
+    def record_weights(self) -> bool:
+        return self.kernel is not self._chosen
+
+    @property
+    def last_weights(self) -> Tensor | None:
+        return self.kernel.last_weights
+
+    @last_weights.setter
+    def last_weights(self, weights: Tensor | None) -> None:
+        self.kernel.last_weights = weights
+
+    @property
+    def keeps(self) -> Any:
+        """What a decoding cache keeps for this layer (:class:`~attnlab.nn.kernels.Keeps`)."""
+        return self.kernel.keeps
+
+
+class MultiHeadAttention(KernelSwitch, nn.Module):
     """Multi-head attention with projections W_Q, W_K, W_V and output projection W_O.
 
     Self-attention when ``memory`` is None; cross-attention otherwise, with
@@ -105,29 +132,12 @@ class MultiHeadAttention(nn.Module):
         # (attnlab.models.parametrization); 1 under SP
         self.query_scale = 1.0
 
-    @property
-    def record_weights(self) -> bool:
-        """Whether the last forward's weights are kept in ``last_weights`` (full attention
-        only: it runs the explicit kernel while set; the kinds record nothing)."""
-        return self.kernel is not self._chosen
-
-    @record_weights.setter
+    @KernelSwitch.record_weights.setter
     def record_weights(self, on: bool) -> None:
+        """Keep the last forward's weights in ``last_weights`` (full attention only: it runs
+        the explicit kernel while set; the kinds record nothing)."""
         recording = on and self.kind is None
         self.kernel = ExplicitSoftmax(True, self.softcap) if recording else self._chosen
-
-    @property
-    def last_weights(self) -> Tensor | None:
-        return self.kernel.last_weights
-
-    @last_weights.setter
-    def last_weights(self, weights: Tensor | None) -> None:
-        self.kernel.last_weights = weights
-
-    @property
-    def keeps(self) -> Any:
-        """What a decoding cache keeps for this layer (:class:`~attnlab.nn.kernels.Keeps`)."""
-        return self.kernel.keeps
 
     @property
     def split_sizes(self) -> tuple[int, int, int]:

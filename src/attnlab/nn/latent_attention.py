@@ -36,11 +36,11 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.components.attention import MultiHeadLatentAttentionConfig
+from attnlab.nn.attention import KernelSwitch
 from attnlab.nn.attention_kinds import FullAttention
 from attnlab.nn.kernels import (
     AttentionInputs,
     ExplicitSoftmax,
-    Keeps,
     Kernel,
     LayerCache,
     Past,
@@ -61,7 +61,7 @@ class LatentSoftmax(FullAttention):
     pattern = None  # type: ignore[assignment]
 
 
-class MultiHeadLatentAttention(nn.Module):
+class MultiHeadLatentAttention(KernelSwitch, nn.Module):
     """Self-attention of eq. 9–19: the down- and up-projections named as in the paper
     (``w_dkv`` is W^DKV, …), the softmax of eq. 18 by the ``model.attn_impl`` kernel of full
     attention. ``cache`` keeps (c^KV, k^R) as (B, 1, T, d_c) and (B, 1, T, d_h^R)."""
@@ -84,28 +84,11 @@ class MultiHeadLatentAttention(nn.Module):
         self.kernel: Kernel = choose_kernel(cfg.attn_impl)
         self._chosen = self.kernel
 
-    @property
-    def record_weights(self) -> bool:
-        """Whether the last forward's softmax weights (eq. 18) are kept in ``last_weights``: the
-        explicit kernel runs while set, as in ``MultiHeadAttention``."""
-        return self.kernel is not self._chosen
-
-    @record_weights.setter
+    @KernelSwitch.record_weights.setter
     def record_weights(self, on: bool) -> None:
+        """Keep the softmax weights (eq. 18) of the last forward in ``last_weights``: the
+        explicit kernel runs while set, as in ``MultiHeadAttention``."""
         self.kernel = ExplicitSoftmax(record=True) if on else self._chosen
-
-    @property
-    def last_weights(self) -> Tensor | None:
-        return self.kernel.last_weights
-
-    @last_weights.setter
-    def last_weights(self, weights: Tensor | None) -> None:
-        self.kernel.last_weights = weights
-
-    @property
-    def keeps(self) -> Keeps:
-        """Every token, in any decoding cache: full attention's."""
-        return self.kernel.keeps
 
     def _heads(self, x: Tensor) -> Tensor:
         B, T, width = x.shape
