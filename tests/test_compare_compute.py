@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from attnlab.compare import cli as compare_cli
-from attnlab.compare.compute import parse_at, to_axis
+from attnlab.compare.compute import first_reach, parse_at, to_axis
 from attnlab.compare.grouping import group_runs
 from attnlab.compare.plot import plot_curves
 from attnlab.compare.runs import load_runs
@@ -99,6 +99,69 @@ def test_a_budget_no_run_reached_says_so(sweep: Path, capsys: pytest.CaptureFixt
     out, err = capsys.readouterr()
     assert out.count("out of range") == 2  # both architectures
     assert "left out, no curve: test/loss" in out
+
+
+def reach_by_hand(steps: np.ndarray, values: np.ndarray, target: float) -> float | None:
+    for i, (step, value) in enumerate(zip(steps, values, strict=True)):
+        if value <= target:
+            if i == 0:
+                return float(step)
+            s0, v0 = steps[i - 1], values[i - 1]
+            return float(s0 + (step - s0) * (v0 - target) / (v0 - value))
+    return None
+
+
+def test_reach_tabulates_each_runs_tokens_to_the_target_by_hand(
+    sweep: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    curves = [val_curve(job) for job in jobs_of(sweep, "decoder_only")]
+    target = float(np.mean([values[len(values) // 2] for _, values in curves]))  # mid-curve
+    assert compare_cli.main([str(sweep), "--reach", f"{target:.6f}", "--x", "tokens",
+                             "--format", "json"]) == 0  # fmt: skip
+    table = {row["settings"]["model"]: row for row in json.loads(capsys.readouterr().out)}
+    by_hand = [hit for steps, values in curves
+               if (hit := reach_by_hand((steps + 1) * PER_STEP, values, float(f"{target:.6f}")))
+               is not None]  # fmt: skip
+    cell = table["decoder_only"]["metrics"][f"tokens to val/loss ≤ {float(f'{target:.6f}'):g}"]
+    assert by_hand and cell["n"] == len(by_hand)
+    assert cell["mean"] == pytest.approx(np.mean(by_hand))
+
+
+def test_a_target_no_run_reaches_says_not_reached(
+    sweep: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert compare_cli.main([str(sweep), "--reach", "1e-9"]) == 0
+    assert capsys.readouterr().out.count("not reached") == 2  # both architectures
+
+
+@pytest.mark.parametrize(
+    ("curve", "target", "lower", "expected"),
+    [
+        ((np.array([1.0, 3.0, 5.0]), np.array([4.0, 2.0, 1.0])), 3.0, True, 2.0),
+        ((np.array([1.0, 3.0, 5.0]), np.array([4.0, 2.0, 1.0])), 5.0, True, 1.0),  # at once
+        ((np.array([1.0, 3.0, 5.0]), np.array([4.0, 2.0, 1.0])), 0.5, True, None),
+        ((np.array([1.0, 3.0, 5.0]), np.array([0.2, 0.6, np.nan])), 0.5, False, 2.5),  # acc
+    ],
+)
+def test_first_reach_interpolates_between_the_validations_around_the_crossing(
+    curve: tuple[np.ndarray, np.ndarray], target: float, lower: bool, expected: float | None
+) -> None:
+    assert first_reach(curve, target, lower) == expected
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--reach", "low"], "give the target value"),
+        (["--reach", "2", "--at", "step=3"], "drop --at"),
+    ],
+)
+def test_a_bad_reach_is_one_line_with_the_fix(
+    sweep: Path, extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert compare_cli.main([str(sweep), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --reach") and message in err and "\n" not in err
 
 
 def test_curves_against_tokens_put_each_validation_at_its_tokens(sweep: Path) -> None:

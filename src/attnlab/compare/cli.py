@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 
 from attnlab.errors import UserError
 
-from .compute import AXES, monitor_of, parse_at, runs_at, runs_at_best
+from .compute import AXES, monitor_of, parse_at, parse_reach, runs_at, runs_at_best, runs_reaching
 from .grouping import Group, filter_runs, group_runs, parse_filters
 from .pairwise import compare_pairs
 from .plot import PLOT_FORMATS, plot_curves, plot_format
@@ -117,8 +117,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--x",
         choices=list(AXES),
         default="step",
-        help="x-axis of --plot: step, tokens (seen), flops (training FLOPs) or wall "
-        "(training seconds) (default: step)",
+        help="x-axis of --plot and --reach: step, tokens (seen), flops (training FLOPs) or "
+        "wall (training seconds) (default: step)",
+    )
+    p.add_argument(
+        "--reach",
+        metavar="L",
+        help="time to target: tabulate, instead of the metrics, where each run's "
+        "--curve-metric first reaches L on the --x axis (interpolated between validations; "
+        "runs that never reach L are left out of n and counted)",
     )
     p.add_argument(
         "--at",
@@ -276,7 +283,21 @@ def run(argv: Sequence[str] | None = None) -> None:
     runs = filter_runs(_load(args), filters)
     metrics = choose_metrics(runs, args.metric)
     note = None
-    if at is not None and args.select == "best":
+    if args.reach is not None:
+        given = (("--at", args.at), ("--fit", args.fit), ("--metric", args.metric),
+                 ("--select best", args.select == "best"))  # fmt: skip
+        clash = [flag for flag, on in given if on]
+        if clash:
+            raise UserError(f"--reach tabulates the time to a target, not metrics; drop "
+                            f"{' and '.join(clash)}")  # fmt: skip
+        target = parse_reach(args.reach)
+        runs, metrics = runs_reaching(runs, args.curve_metric, args.x, target)
+        note = (
+            f"{metrics[0]}: where each run's {args.curve_metric} curve first reaches "
+            f"{target:g} (linear interpolation between validations); (n=k) after a value: "
+            "only k runs reached it"
+        )
+    elif at is not None and args.select == "best":
         raise UserError("--at reads the curves at one budget and --select best at the best "
                         "validation; give one of them")  # fmt: skip
     if args.select == "best":
@@ -285,7 +306,7 @@ def run(argv: Sequence[str] | None = None) -> None:
             f"@ best {monitor.split(' ')[0]}: each run's validation at which {monitor} "
             "was best, the checkpoint its test/* metrics come from"
         )
-    elif at is None and any(m.startswith("val/") for m in metrics):
+    elif at is None and args.reach is None and any(m.startswith("val/") for m in metrics):
         monitor = " ".join(sorted({"{} ({})".format(*monitor_of(r)) for r in runs}))
         where = " (W&B's summary where the header says min or max)" if any(
             r.summarised for r in runs

@@ -23,6 +23,7 @@ import numpy as np
 from attnlab.errors import UserError
 
 from .runs import Curve, Run
+from .stats import lower_is_better
 
 AXES = {"step": None, "tokens": "perf/tokens", "flops": "perf/flops", "wall": "perf/train_s"}
 AXIS_LABELS = {"step": "step", "tokens": "tokens seen", "flops": "training FLOPs",
@@ -122,6 +123,64 @@ def runs_at(
         }
         moved.append(dataclasses.replace(run, metrics=values))
     return moved, names, dropped
+
+
+def parse_reach(text: str) -> float:
+    """``--reach 1.88`` → 1.88; a one-line UserError naming the fix otherwise."""
+    try:
+        target = float(text)
+    except ValueError:
+        target = math.nan
+    if not math.isfinite(target):
+        raise UserError(f"--reach {text}: give the target value of --curve-metric as a number "
+                        "(e.g. --reach 1.88)")  # fmt: skip
+    return target
+
+
+def reach_label(metric: str, axis: str, target: float) -> str:
+    """``step to val/loss ≤ 1.88``: the name of the time-to-target metric (a cost: lower is
+    better, whichever way the curve's own metric goes)."""
+    return f"{axis} to {metric} {'≤' if lower_is_better(metric) else '≥'} {target:g}"
+
+
+def first_reach(curve: Curve | None, target: float, lower: bool) -> float | None:
+    """The first x at which the curve reaches ``target`` (falls to it when ``lower``, rises
+    to it otherwise), interpolated linearly between the two validations around the crossing;
+    the first validation's x when it already meets the target (the crossing lies before it),
+    None when no validation meets it."""
+    if curve is None:
+        return None
+    x, y = curve
+    finite = np.isfinite(y)
+    x, y = x[finite], y[finite]
+    met = np.flatnonzero(y <= target if lower else y >= target)
+    if met.size == 0:
+        return None
+    i = int(met[0])
+    if i == 0 or y[i] == target:
+        return float(x[i])
+    return float(x[i - 1] + (x[i] - x[i - 1]) * (y[i - 1] - target) / (y[i - 1] - y[i]))
+
+
+def runs_reaching(
+    runs: Sequence[Run], metric: str, axis: str, target: float
+) -> tuple[list[Run], list[str]]:
+    """``--reach``: each run's time to target (modded-nanogpt's speedrun measure, Jordan et
+    al. 2024) as its one metric, on ``axis``: the first point at which its ``metric`` curve
+    reaches ``target``. A run that never reaches it lacks the value, so the table's n counts
+    the runs that did."""
+    if not any(r.curve(metric) is not None for r in runs):
+        raise UserError(f"--reach: no run has a {metric} curve in metrics.csv; choose the "
+                        "curve with --curve-metric (e.g. --curve-metric val/loss)")  # fmt: skip
+    if AXES[axis] is not None and not any(r.curve(AXES[axis]) is not None for r in runs):
+        raise UserError(f"--reach: the runs did not log {AXES[axis]}; use --x step")
+    name = reach_label(metric, axis, target)
+    lower = lower_is_better(metric)
+    moved = []
+    for run in runs:
+        hit = first_reach(axis_curve(run, metric, axis), target, lower)
+        moved.append(dataclasses.replace(run, metrics={} if hit is None else {name: hit}))
+    return moved, [name]
 
 
 def monitor_of(run: Run) -> tuple[str, str]:

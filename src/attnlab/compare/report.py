@@ -13,7 +13,7 @@ from typing import Any
 from .grouping import NOT_SET
 from .pairwise import ALPHA, MAX_SEEDS, POWER, Comparison, WelchResult
 from .runs import Run
-from .stats import CONFIDENCE, ROBUST_FROM, lower_is_better
+from .stats import CONFIDENCE, ROBUST_FROM, is_reach, lower_is_better
 
 BEST = "★"
 FORMATS = ("md", "csv", "latex", "json")
@@ -27,7 +27,9 @@ def format_number(x: float) -> str:
 def _cell(row: dict[str, Any], metric: str) -> str:
     mean, std, n = row[f"{metric}_mean"], row[f"{metric}_std"], row[f"{metric}_n"]
     if mean is None:
-        return "out of range" if " @ " in metric else NOT_SET  # --at: no run spans the point
+        if " @ " in metric:
+            return "out of range"  # --at: no run spans the point
+        return "not reached" if is_reach(metric) else NOT_SET
     text = f"{format_number(mean)} ± {format_number(std) if std is not None else NOT_SET}"
     if n != row["n"] - row["failed"]:
         text += f" (n={n})"  # some completed runs did not report this metric

@@ -28,8 +28,16 @@ TASK_METRICS: dict[str, tuple[str, ...]] = {
 _LOWER_IS_BETTER = ("loss", "ppl", "perplexity", "error", "wall_s", "params")
 
 
+def is_reach(metric: str) -> bool:
+    """A time to a target from ``--reach`` (``step to val/loss ≤ 1.88``)."""
+    return any(metric.startswith(f"{axis} to ") for axis in ("step", "tokens", "flops", "wall"))
+
+
 def lower_is_better(metric: str) -> bool:
-    """Losses, perplexities and costs go down; accuracies, exact match and BLEU go up."""
+    """Losses, perplexities and costs go down; accuracies, exact match and BLEU go up. The
+    time to a target (``step to val/acc ≥ 0.9``, from ``--reach``) is a cost."""
+    if is_reach(metric):
+        return True
     name = metric.split(" @ ", 1)[0].rsplit("/", 1)[-1]  # "val/loss @ tokens=2e+06": loss
     return any(word in name for word in _LOWER_IS_BETTER)
 
