@@ -253,6 +253,7 @@ def config_with(**values: object) -> ModelConfig:
         ({"attention": "sigmoid"}, "model.attention=sigmoid"),
         ({"attention": "differential"}, "model.attention=differential"),
         ({"attention": "mamba2", "pos": "none"}, "model.attention=mamba2"),
+        ({"attention": "gated_deltanet", "pos": "none"}, "model.attention=gated_deltanet"),
         ({"attention": "mla", "pos": "rope", "norm_type": "rmsnorm", "ffn": "swiglu"},
          "model.attention=mla"),
         ({"pos": "rope", "norm_type": "rmsnorm", "ffn": "swiglu", "attention": "sigmoid"},

@@ -248,6 +248,12 @@ def choose_mapping(cfg: ModelConfig, task: str) -> type[Mapping]:
             "format=hf: model.attention=mamba2 has no exact Hugging Face equivalent (attnlab "
             "layers put an FFN after the mixer; Mamba2ForCausalLM has none); use format=native"
         )
+    if cfg.get("attention") == "gated_deltanet":  # Qwen3-Next's layers come in a hybrid
+        raise ConfigError(
+            "format=hf: model.attention=gated_deltanet has no exact Hugging Face equivalent "
+            "(Qwen3NextForCausalLM's Gated DeltaNet layers come with gated attention layers "
+            "and a mixture of experts); use format=native"
+        )
     if cfg.get("attention") == "mla":  # DeepseekV3Attention normalises its latents
         raise ConfigError(
             "format=hf: model.attention=mla (multi-head latent attention) has no exact Hugging "
