@@ -54,6 +54,12 @@ if TYPE_CHECKING:
 FLA = importlib.util.find_spec("fla") is not None  # the optional ``fla`` extra
 
 
+def l2_normalize(x: Tensor, eps: float = 1e-6) -> Tensor:
+    """x/√(‖x‖² + ε) over the last dimension, as flash-linear-attention's ``l2norm`` (and
+    transformers' Gated DeltaNet) compute it: a zero vector (a padded position) stays 0."""
+    return x * torch.rsqrt(x.pow(2).sum(dim=-1, keepdim=True) + eps)
+
+
 def unit_lower_solve(A: Tensor, rhs: Tensor) -> Tensor:
     """(I + A)⁻¹ rhs for A (…, Q, Q) strictly lower triangular: with N = −A nilpotent,
     (I − N)⁻¹ = I + N + … + N^{Q−1} = Π_{i<m} (I + N^{2^i}), 2^m ≥ Q — m products with
@@ -191,8 +197,8 @@ class GatedDeltaNetMixer(nn.Module):
             qkv = qkv * keep
         q, k, v = F.silu(causal_conv(qkv, self.conv1d, cache)).split(
             [self.key_dim, self.key_dim, self.value_dim], dim=-1)  # fmt: skip
-        q = F.normalize(q.view(b, T, self.H, self.dk), dim=-1, eps=1e-6) / math.sqrt(self.dk)
-        k = F.normalize(k.view(b, T, self.H, self.dk), dim=-1, eps=1e-6)
+        q = l2_normalize(q.view(b, T, self.H, self.dk)) / math.sqrt(self.dk)
+        k = l2_normalize(k.view(b, T, self.H, self.dk))
         v = v.view(b, T, self.H, self.dv)
         g = -torch.exp(self.A_log) * F.softplus(a + self.dt_bias)  # log α_t, (b, T, H)
         beta = torch.sigmoid(beta)
