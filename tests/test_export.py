@@ -72,6 +72,10 @@ RUNS = {
                "model.pos=rope", "model.ffn=geglu", "model.d_model=32", "model.n_heads=4",
                "model.n_kv_heads=2", "model.attn_impl=math", "model.attn_softcap=2.0",
                "model.final_softcap=3.0"],  # fmt: skip
+    # Gated DeltaNet in every layer: Qwen3.5's text model, all of its layers linear attention
+    "qwen35": ["model=decoder_only", "model.norm_type=rmsnorm", "model.pos=none",
+               "model.ffn=swiglu", "model.attention=gated_deltanet", "model.bias=false",
+               "model.d_model=32", "model.n_heads=4", "model.delta_chunk=8"],
     # a masked LM in BERT's layout: Post-LN, learned positions, the embedding norm
     "bert": ["model=encoder_only", "model.norm=post", "model.pos=learned", "model.ffn=gelu",
              "model.embed_norm=true", "model.d_model=32", "model.n_heads=4"],  # fmt: skip
@@ -156,6 +160,7 @@ def hf_results(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) 
                                            ("llama_geglu", "LlamaForCausalLM"),
                                            ("llama_theta", "LlamaForCausalLM"),
                                            ("gemma2", "Gemma2ForCausalLM"),
+                                           ("qwen35", "Qwen3_5ForCausalLM"),
                                            ("bert", "BertModel")])  # fmt: skip
 def test_transformers_computes_the_same_outputs_and_greedy_continuation(
     hf_results: dict, name: str, hf_class: str
@@ -253,6 +258,9 @@ def config_with(**values: object) -> ModelConfig:
         ({"attention": "sigmoid"}, "model.attention=sigmoid"),
         ({"attention": "differential"}, "model.attention=differential"),
         ({"attention": "mamba2", "pos": "none"}, "model.attention=mamba2"),
+        # Qwen3.5's Gated DeltaNet model has no biases
+        ({"attention": "gated_deltanet", "pos": "none", "norm_type": "rmsnorm", "ffn": "swiglu"},
+         "model.bias=true"),
         ({"attention": "mla", "pos": "rope", "norm_type": "rmsnorm", "ffn": "swiglu"},
          "model.attention=mla"),
         ({"pos": "rope", "norm_type": "rmsnorm", "ffn": "swiglu", "attention": "sigmoid"},

@@ -181,36 +181,28 @@ class DifferentialAttentionConfig(AttentionKindConfig):
             )
 
 
-@ATTENTION_KINDS.declare
-class Mamba2Config(AttentionKindConfig):
-    """Mamba-2's SSD layer, a selective state-space token mixer in the attention slot:
-    h_t = exp(Δ_t·A)·h_{t−1} + Δ_t·x_t B_tᵀ, y_t = h_t C_t + D·x_t, chunked for training,
-    a constant-size state for decoding (Dao & Gu 2024, "Transformers are SSMs", §6–7)."""
+class MixerConfig(AttentionKindConfig):
+    """Base of the kinds that are a whole token mixer, a recurrence with a state of its own:
+    causal, no cross-attention, no positions, and none of softmax attention's keys.
+    ``refusals``: why this mixer does not take model.n_kv_heads and model.qk_norm."""
 
-    name, builds, mixer = "mamba2", "attnlab.nn.mamba2:Mamba2Mixer", True
-    keys = {
-        "ssm_state": Key(128, int, positive, "mamba2: state size N of each head"),
-        "ssm_conv": Key(4, int, positive, "mamba2: kernel of the causal depthwise conv1d"),
-        "ssm_expand": Key(2, int, positive, "mamba2: d_inner = ssm_expand·d_model, in "
-                          "model.n_heads heads"),
-        "ssm_chunk": Key(256, int, positive, "mamba2: tokens per chunk of the SSD "
-                         "block decomposition (training and prompts)"),
-    }  # fmt: skip
+    mixer = True
+    refusals = {"n_kv_heads": "it has no keys or values", "qk_norm": "it has no queries or keys"}
 
     @classmethod
     def check(cls, cfg: ModelKeys) -> None:
         """Causal, no cross-attention, no positions, and none of softmax attention's keys."""
+        kind = f"model.attention={cls.name}"
         if not cfg.architecture.causal:
-            raise ConfigError(f"model.attention=mamba2 is causal only and model={cfg.name} is "
-                              "bidirectional; use model=decoder_only")  # fmt: skip
+            raise ConfigError(f"{kind} is causal only and model={cfg.name} is bidirectional; "
+                              "use model=decoder_only")  # fmt: skip
         if cfg.name == "encoder_decoder":
-            raise ConfigError("model.attention=mamba2 has no cross-attention and model="
-                              "encoder_decoder's encoder is bidirectional; use "
-                              "model=decoder_only")  # fmt: skip
+            raise ConfigError(f"{kind} has no cross-attention and model=encoder_decoder's "
+                              "encoder is bidirectional; use model=decoder_only")  # fmt: skip
         refused = [  # (key, refused?, the fix, why)
             ("pos", cfg.pos != "none", "none", "a recurrence orders the tokens itself"),
-            ("n_kv_heads", cfg.n_kv_heads is not None, "null", "it has no keys or values"),
-            ("qk_norm", cfg.qk_norm, "false", "it has no queries or keys"),
+            ("n_kv_heads", cfg.n_kv_heads is not None, "null", cls.refusals["n_kv_heads"]),
+            ("qk_norm", cfg.qk_norm, "false", cls.refusals["qk_norm"]),
             ("attn_dropout", cfg.attn_dropout > 0, "0.0", "it has no attention weights"),
             ("attn_impl", cfg.attn_impl != "sdpa", "sdpa", "it has no softmax"),
             ("param", cfg.get("param") == "mup", "sp", "μP scales softmax logits"),
@@ -220,8 +212,47 @@ class Mamba2Config(AttentionKindConfig):
                 value = cfg.get(key)
                 shown = "null" if value is None else value  # qk_norm: true, not True
                 shown = str(shown).lower() if isinstance(shown, bool) else shown
-                raise ConfigError(f"model.attention=mamba2 does not take model.{key}={shown} "
-                                  f"({why}); set model.{key}={fix}")  # fmt: skip
+                raise ConfigError(f"{kind} does not take model.{key}={shown} ({why}); set "
+                                  f"model.{key}={fix}")  # fmt: skip
+
+
+SSM_CONV = Key(4, int, positive, "mamba2, gated_deltanet: kernel of the causal depthwise conv1d")
+SSM_EXPAND = Key(2, int, positive, "mamba2: d_inner = ssm_expand·d_model, in model.n_heads "
+                 "heads; gated_deltanet: d_v = ssm_expand·d_k")  # fmt: skip
+
+
+@ATTENTION_KINDS.declare
+class Mamba2Config(MixerConfig):
+    """Mamba-2's SSD layer, a selective state-space token mixer in the attention slot:
+    h_t = exp(Δ_t·A)·h_{t−1} + Δ_t·x_t B_tᵀ, y_t = h_t C_t + D·x_t, chunked for training,
+    a constant-size state for decoding (Dao & Gu 2024, "Transformers are SSMs", §6–7)."""
+
+    name, builds = "mamba2", "attnlab.nn.mamba2:Mamba2Mixer"
+    keys = {
+        "ssm_state": Key(128, int, positive, "mamba2: state size N of each head"),
+        "ssm_conv": SSM_CONV,
+        "ssm_expand": SSM_EXPAND,
+        "ssm_chunk": Key(256, int, positive, "mamba2: tokens per chunk of the SSD "
+                         "block decomposition (training and prompts)"),
+    }  # fmt: skip
+
+
+@ATTENTION_KINDS.declare
+class GatedDeltaNetConfig(MixerConfig):
+    """Gated DeltaNet, a linear-RNN token mixer in the attention slot: the gated delta rule
+    S_t = S_{t−1}(α_t(I − β_t k_t k_tᵀ)) + β_t v_t k_tᵀ, o_t = S_t q_t, chunked (the WY
+    representation) for training, a constant-size state for decoding (Yang et al. 2025,
+    "Gated Delta Networks: Improving Mamba2 with Delta Rule", §3)."""
+
+    name, builds = "gated_deltanet", "attnlab.nn.gated_deltanet:GatedDeltaNetMixer"
+    refusals = {"n_kv_heads": "its keys and values have one head per query head",
+                "qk_norm": "it L2-normalises its queries and keys itself"}  # fmt: skip
+    keys = {
+        "ssm_conv": SSM_CONV,
+        "ssm_expand": SSM_EXPAND,
+        "delta_chunk": Key(64, int, positive, "gated_deltanet: tokens per chunk of the "
+                           "chunked (WY) form (training and prompts)"),
+    }  # fmt: skip
 
 
 def even_or_null(key: str, value: Any) -> None:

@@ -16,6 +16,9 @@ and compare logits and greedy generation.
 * :class:`~attnlab.export.gemma.Gemma2Mapping` ``decoder_only`` with sandwich RMSNorm, RoPE
   and GEGLU → ``Gemma2ForCausalLM`` (Gemma Team 2024), the one class with logit soft-capping
   (``model.attn_softcap``, ``model.final_softcap``), so the only target of either.
+* :class:`~attnlab.export.qwen.Qwen35Mapping` ``decoder_only`` with Pre-LN RMSNorm,
+  ``model.attention=gated_deltanet`` and SwiGLU, no biases → ``Qwen3_5ForCausalLM``, every
+  layer a Gated DeltaNet one.
 * :class:`BertMapping`  ``encoder_only`` with Post-LN LayerNorm, learned positions and the
   embedding norm (``model.embed_norm=true``) → ``BertModel`` (Devlin et al. 2019), the
   encoder's states; attnlab's heads (a bare projection for the masked LM, a mean pool for
@@ -56,6 +59,7 @@ from attnlab.export.mapping import (
     gated_mlp,
     rotary_attention,
 )
+from attnlab.export.qwen import Qwen35Mapping
 from attnlab.model_config import ModelConfig
 from attnlab.special_tokens import PAD
 
@@ -230,7 +234,8 @@ class BertMapping(Mapping):
         return self.model.encoder.layers
 
 
-MAPPINGS: tuple[type[Mapping], ...] = (GPT2Mapping, LlamaMapping, BertMapping, Gemma2Mapping)
+MAPPINGS: tuple[type[Mapping], ...] = (GPT2Mapping, LlamaMapping, BertMapping, Gemma2Mapping,
+                                        Qwen35Mapping)
 # what makes a decoder "Llama-like": a mismatch is then reported against Llama, not GPT-2
 LLAMA_SIGNS = {"norm_type": ("rmsnorm",), "pos": ("rope",), "ffn": tuple(GATES)}
 GEMMA_SIGNS = {"ffn": "geglu", "norm": "sandwich"}  # both, or either soft-cap
@@ -267,6 +272,8 @@ def choose_mapping(cfg: ModelConfig, task: str) -> type[Mapping]:
             f"format=hf exports language models; this run was trained on {task} data, whose "
             "classification head has no counterpart in a causal-LM class: use format=native"
         )
+    if cfg.get("attention") == "gated_deltanet":
+        return _checked(Qwen35Mapping, cfg)
     capped = [k for k in NO_SOFTCAP if cfg.get(k) is not None]
     if capped or all(cfg.get(k) == v for k, v in GEMMA_SIGNS.items()):
         return _checked(Gemma2Mapping, cfg, capped)
