@@ -28,7 +28,8 @@ SMALL = {"window": 3, "attn_block": 4, "n_global": 1, "n_random": 1, "linformer_
 MIXERS = [k for k in ATTENTION_KINDS.names() if getattr(ATTENTION_KINDS.get(k), "mixer", False)]
 KINDS = [k for k in ATTENTION_KINDS.names() if k not in MIXERS]
 CAUSAL_KINDS = [k for k in KINDS if ATTENTION_KINDS.get(k).causal_ok]
-OWN_KEYS = {"mamba2": {"pos": "none", "ssm_state": 8, "ssm_chunk": 4}}  # a mixer's sizes
+OWN_KEYS = {"mamba2": {"pos": "none", "ssm_state": 8, "ssm_chunk": 4},  # a mixer's sizes
+            "hybrid": {"layer_pattern": ["sliding_window", "full"], "rope_theta_local": 100.0}}
 
 
 def make(name: str, attention: str, **overrides: object) -> torch.nn.Module:

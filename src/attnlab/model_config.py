@@ -193,6 +193,7 @@ def resolve(values: dict[str, Any], strict: bool = True) -> dict[str, Any]:
         family = FAMILIES[key]
         chosen[key] = family.get(given.get(key, arch.defaults.get(key, family.default))).name  # type: ignore[attr-defined]
     parts = [arch, *arch.parts, *(FAMILIES[k].get(chosen[k]) for k in arch.families)]  # type: ignore[attr-defined]
+    parts += [also for part in parts for also in part.also_reads(given)]
     reads = {key: declared for part in parts for key, declared in part.keys.items()}
     unread = [key for key in given if key not in reads and key not in chosen]
     if strict and unread:  # a key that chooses a component says the most: named first
