@@ -56,7 +56,8 @@ def test_options_lists_every_registered_value_with_its_reference(
 @pytest.mark.parametrize("kind,paper", [("sigmoid", "Ramapuram et al. 2025"),
                                         ("differential", "Ye et al. 2025"),
                                         ("mamba2", "Dao & Gu 2024"),
-                                        ("mla", "DeepSeek-V2")])
+                                        ("mla", "DeepSeek-V2"),
+                                        ("hybrid", "Gemma 3 Technical Report")])
 def test_options_lists_each_attention_kind_with_its_paper(
     capsys: pytest.CaptureFixture[str], kind: str, paper: str
 ) -> None:

@@ -230,4 +230,6 @@ def not_read(key: str, value: Any, chosen: dict[str, str]) -> str:
             if family_key in chosen:
                 instead = f"model.{family_key}={chosen[family_key]}"
     fix = "remove it" if instead.startswith("model=") else "remove it, or choose one of those"
+    if chosen.get("attention") == "hybrid" and instead == "model.attention=hybrid":
+        instead, fix = "the kinds of model.layer_pattern", "remove it, or name one of those there"
     return (f"model.{key}={shown} applies to {' and '.join(readers)}, not {instead}; {fix}")

@@ -336,9 +336,9 @@ def reads_window(kind: str) -> bool:
 class HybridConfig(AttentionKindConfig):
     """Each layer its own kind: layer l takes layer_pattern[l mod p] — Gemma 3's five local
     (sliding-window) layers to one global, RoPE θ 10k local and 1M global (Gemma Team 2025,
-    "Gemma 3 Technical Report", §2.1–2.2), ModernBERT's global layer every third with a
-    local window of 128 (Warner et al. 2024, §2.1.1), or a mixer per layer (Jamba's Mamba
-    and attention layers, Lieber et al. 2024).
+    "Gemma 3 Technical Report", §2), ModernBERT's global layer every third, local window
+    128, θ 10k local and 160k global (Warner et al. 2024, §2.1 "Alternating Attention"),
+    or a mixer per layer (Jamba's Mamba and attention layers, Lieber et al. 2024).
 
     ``layer_pattern`` lists the kinds, ``name*count`` repeating one; each entry is checked as
     ``model.attention`` would be, with the keys of every kind it names. ``rope_theta_local``:
@@ -352,12 +352,12 @@ class HybridConfig(AttentionKindConfig):
         "layer_pattern": Key(["sliding_window*5", "full"], list[str], pattern_rule,
                              "hybrid: the kind of each layer, repeated to n_layers; "
                              "name*count repeats one (Gemma 3: [sliding_window*5,full])",
-                             cite="Gemma Team 2025, Gemma 3 §2.1; Warner et al. 2024 "
-                             "(ModernBERT) §2.1.1"),
+                             cite="Gemma Team 2025, Gemma 3 §2; Warner et al. 2024 "
+                             "(ModernBERT) §2.1"),
         "rope_theta_local": Key(None, float | None, positive_number_or_null,
                                 "hybrid, pos=rope: the RoPE base of the local (windowed) "
                                 "layers; null: model.rope_theta (Gemma 3: 10000, rope_theta "
-                                "1000000)", cite="Gemma Team 2025, Gemma 3 §2.2"),
+                                "1000000)", cite="Gemma Team 2025, Gemma 3 §2"),
     }  # fmt: skip
 
     @classmethod

@@ -92,8 +92,8 @@ def start_dyt_from(alpha0: float, *modules: nn.Module | None) -> None:
 class LayerPattern:
     """The config each layer of a stack is built from: ``model.attention`` in every layer, or
     with ``model.attention=hybrid`` the kind ``model.layer_pattern`` gives it (Gemma 3's
-    five sliding-window layers to one global, Gemma Team 2025, §2.1), and which layers
-    rotate with ``model.rope_theta_local`` (the local ones; Gemma 3 §2.2: 10k local, 1M
+    five sliding-window layers to one global, Gemma Team 2025, §2), and which layers
+    rotate with ``model.rope_theta_local`` (the local ones; Gemma 3 §2: 10k local, 1M
     global). Not a kernel (``mixer``: no kind's kernel tests build it); each layer's kind is."""
 
     mixer, causal_ok, pattern = True, True, None
