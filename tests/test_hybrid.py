@@ -111,6 +111,13 @@ def test_cached_decoding_past_the_window_equals_recomputation(name: str, overrid
     torch.testing.assert_close(cached, recomputed, atol=1e-7, rtol=1e-7)
 
 
+def test_the_soft_cap_applies_to_a_pattern_of_softmax_kinds() -> None:
+    cfg = config(layer_pattern=["sliding_window", "full"], window=3, attn_impl="math",
+                 attn_softcap=50.0)
+    layers = build_model(cfg).decoder.layers
+    assert [layer.self_attn.kernel.softcap for layer in layers] == [50.0] * 3
+
+
 @pytest.mark.parametrize("overrides,needle", [
     ({"layer_pattern": ["full", "nope"]}, "model.layer_pattern entry nope is not"),
     ({"layer_pattern": ["hybrid"]}, "model.layer_pattern entry hybrid is not"),
@@ -127,6 +134,8 @@ def test_cached_decoding_past_the_window_equals_recomputation(name: str, overrid
     ({"rope_theta_local": 10.0, "pos": "learned"}, "model.pos=learned rotates nothing"),
     ({"layer_pattern": ["full", "sigmoid"], "rope_theta_local": 10.0},
      "has none (sliding_window, longformer)"),
+    ({"layer_pattern": ["linear", "full"], "attn_impl": "math", "attn_softcap": 50.0},
+     "model.layer_pattern has linear: model.attn_softcap caps the logits"),
     ({"attention": "full", "layer_pattern": ["full"]},
      "model.layer_pattern=['full'] applies to model.attention=hybrid"),
 ])  # fmt: skip

@@ -347,7 +347,8 @@ class HybridConfig(AttentionKindConfig):
     key of a global one (:mod:`attnlab.inference.caches`)."""
 
     name, builds = "hybrid", "attnlab.models.stack:LayerPattern"
-    per_layer, sparse = True, False  # each layer's own kind is checked and built
+    # each layer's own kind is checked (a decoder's causality, the soft-cap) and built
+    per_layer, sparse, softcap_ok = True, False, True
     keys = {
         "layer_pattern": Key(["sliding_window*5", "full"], list[str], pattern_rule,
                              "hybrid: the kind of each layer, repeated to n_layers; "
