@@ -348,7 +348,7 @@ class HybridConfig(AttentionKindConfig):
 
     name, builds = "hybrid", "attnlab.models.stack:LayerPattern"
     # each layer's own kind is checked (a decoder's causality, the soft-cap) and built
-    per_layer, sparse, softcap_ok = True, False, True
+    sparse, softcap_ok = False, True
     keys = {
         "layer_pattern": Key(["sliding_window*5", "full"], list[str], pattern_rule,
                              "hybrid: the kind of each layer, repeated to n_layers; "
