@@ -33,6 +33,7 @@ from attnlab.export.mapping import half_split_rows
 from attnlab.generate import load_model
 from attnlab.inference.generation import generate
 from attnlab.model_config import ModelConfig
+from attnlab.models import build_model
 from attnlab.options import DecodeConfig
 from disk_fault import DiskFault
 
@@ -343,6 +344,20 @@ def test_the_two_families_are_chosen_by_their_options() -> None:
                           "lm").hf_class == "Gemma3ForCausalLM"  # fmt: skip
     with pytest.raises(ConfigError, match="classification"):
         choose_mapping(config_with(), "classification")
+
+
+@pytest.mark.parametrize("attention,keys,types", [
+    ("full", {}, ["full_attention"] * 3),
+    ("sliding_window", {"window": 8}, ["sliding_attention"] * 3),
+    ("hybrid", {"window": 8, "layer_pattern": ["full", "sliding_window"]},
+     ["full_attention", "sliding_attention", "full_attention"]),
+])  # fmt: skip
+def test_gemma_writes_each_layers_kind_and_the_window(attention: str, keys: dict,
+                                                      types: list[str]) -> None:  # fmt: skip
+    cfg = config_with(**{**GEMMA, "attention": attention, "n_layers": 3, **keys})
+    config = choose_mapping(cfg, "lm")(build_model(cfg)).config()
+    assert config["layer_types"] == types
+    assert config["sliding_window"] == keys.get("window", cfg.max_len)
 
 
 def test_bad_export_commands_get_one_line_and_leave_the_disk_alone(
