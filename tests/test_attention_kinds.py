@@ -50,7 +50,8 @@ def padding(T: int) -> torch.Tensor:
 
 
 def test_every_kind_is_registered() -> None:
-    assert KINDS == ["bigbird", "differential", "full", "gated_deltanet", "linear", "linformer",
+    assert KINDS == ["bigbird", "differential", "full", "gated_deltanet", "hybrid", "linear",
+                     "linformer",
                      "longformer", "mamba2", "mla", "sigmoid", "sliding_window"]
 
 

@@ -29,7 +29,8 @@ MIXERS = [k for k in ATTENTION_KINDS.names() if getattr(ATTENTION_KINDS.get(k), 
 KINDS = [k for k in ATTENTION_KINDS.names() if k not in MIXERS]
 CAUSAL_KINDS = [k for k in KINDS if ATTENTION_KINDS.get(k).causal_ok]
 OWN_KEYS = {"mamba2": {"pos": "none", "ssm_state": 8, "ssm_chunk": 4},  # a mixer's sizes
-            "gated_deltanet": {"pos": "none", "delta_chunk": 4}}
+            "gated_deltanet": {"pos": "none", "delta_chunk": 4},
+            "hybrid": {"layer_pattern": ["sliding_window", "full"], "rope_theta_local": 100.0}}
 
 
 def make(name: str, attention: str, **overrides: object) -> torch.nn.Module:

@@ -15,6 +15,7 @@ import pytest
 from scipy import stats
 
 from attnlab.compare import align_curves, group_runs, load_runs, main, summarize, welch
+from attnlab.compare.grouping import filter_runs
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -243,6 +244,21 @@ def test_by_groups_on_config_keys_and_model_means_its_name(tmp_path):
         "model=encoder_decoder",
     ]
     assert [len(g.runs) for g in group_runs(runs, ["model", "model.norm"])] == [3, 3, 1]
+
+
+def test_a_list_setting_is_spelled_and_filtered_as_on_the_command_line(tmp_path):
+    sweep = tmp_path / "sweep"
+    for job, pattern in enumerate([["sliding_window*5", "full"], ["full"]]):
+        spelled = "[" + ",".join(pattern) + "]"
+        run = write_run(sweep / str(job), ["model.attention=hybrid",
+                                           f"model.layer_pattern={spelled}"], {"val/loss": 0.1})
+        summary = json.loads((run / "summary.json").read_text())
+        summary["config"]["model"]["layer_pattern"] = pattern  # a list, as a run saves it
+        (run / "summary.json").write_text(json.dumps(summary))
+    runs = load_runs([str(sweep)])
+    labels = {g.label for g in group_runs(runs, ["model.layer_pattern"])}
+    assert labels == {"model.layer_pattern=[sliding_window*5,full]", "model.layer_pattern=[full]"}
+    assert len(filter_runs(runs, [("model.layer_pattern", "[full]")])) == 1
 
 
 def test_default_metrics_follow_the_task(tmp_path, capsys):

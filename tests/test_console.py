@@ -57,7 +57,8 @@ def test_options_lists_every_registered_value_with_its_reference(
                                         ("differential", "Ye et al. 2025"),
                                         ("mamba2", "Dao & Gu 2024"),
                                         ("gated_deltanet", "Yang et al. 2025"),
-                                        ("mla", "DeepSeek-V2")])
+                                        ("mla", "DeepSeek-V2"),
+                                        ("hybrid", "Gemma 3 Technical Report")])
 def test_options_lists_each_attention_kind_with_its_paper(
     capsys: pytest.CaptureFixture[str], kind: str, paper: str
 ) -> None:

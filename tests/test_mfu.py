@@ -61,6 +61,12 @@ def counted_training_flops(cfg: ModelConfig, src_len: int, tgt_len: int, batch: 
         ("decoder_only", {"attention": "mla", "pos": "rope", "kv_latent_rank": 12,
                           "q_latent_rank": 20, "rope_head_dim": 6}),
         ("encoder_decoder", {"attention": "mla", "pos": "alibi", "q_latent_rank": 8}),
+        # each layer counted as its own kind
+        ("decoder_only", {"attention": "hybrid", "layer_pattern": ["sigmoid", "full*2"],
+                          "n_layers": 4}),
+        ("encoder_decoder", {"attention": "hybrid", "layer_pattern": ["full", "differential"],
+                             "n_layers": 3}),
+        ("encoder_only", {"attention": "hybrid", "layer_pattern": ["mla", "full"]}),
     ],
 )
 def test_training_flops_match_torch_flop_counter(name: str, overrides: dict) -> None:

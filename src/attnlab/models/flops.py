@@ -53,12 +53,16 @@ model FLOPs, as MFU counts them (PaLM, App. B) — per ``model.attention``:
   changes (W Sᵀ) and its read-out (Q Sᵀ); training starts from no state and needs no final
   one. flash-linear-attention's kernel computes the inverse otherwise, which is not
   counted.
+* ``hybrid``: each layer as its own kind (``model.layer_pattern``): Gemma 3's 5:1 pattern
+  over T tokens scores 5 windows of w keys a query and one of all T, per six layers.
 """
 
 from __future__ import annotations
 
 import functools
+from collections import Counter
 
+from attnlab.components.attention import layer_kinds
 from attnlab.model_config import ModelConfig
 
 _MASK_ELEMENTS = 2**22  # mask entries built at a time when counting a pattern's pairs
@@ -94,7 +98,8 @@ def attended_pairs(cfg: ModelConfig, length: int, causal: bool) -> int:
         return _window_pairs(length, cfg.window, n_global, causal)
     if cfg.attention == "bigbird":
         return _bigbird_pairs(length, cfg.attn_block, cfg.n_random, causal, kind.seed)
-    return _mask_count(kind, tuple(cfg.to_dict().items()), causal, length)
+    items = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in cfg.to_dict().items())
+    return _mask_count(kind, items, causal, length)  # (a hybrid's pattern is a list)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -211,11 +216,15 @@ def transformer_flops(
     ``causal``: the self-attention is masked (a decoder's). None: decoder layers are those
     with cross-attention and all of decoder_only's; others (encoders, ViT) are bidirectional.
     """
+    if causal is None:
+        causal = memory_len > 0 or cfg.name == "decoder_only"
+    if cfg.attention == "hybrid":  # each layer counted as its own kind
+        kinds = Counter(layer_kinds(cfg, layers))
+        return sum(transformer_flops(cfg.replace(attention=kind), length, n, memory_len, causal)
+                   for kind, n in kinds.items())  # fmt: skip
     d = cfg.d_model
     d_kv = (cfg.n_kv_heads or cfg.n_heads) * (d // cfg.n_heads)  # K/V width (GQA: narrower)
     projections = self_attention_projection_flops(cfg)
-    if causal is None:
-        causal = memory_len > 0 or cfg.name == "decoder_only"
     mixer = {"mamba2": mamba2_flops, "gated_deltanet": gated_deltanet_flops}.get(cfg.attention)
     if mixer is not None:  # a token mixer in place of W_Q … W_O and attention
         per_layer = length * ffn_flops(cfg) + mixer(cfg, length)
