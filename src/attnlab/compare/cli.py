@@ -37,7 +37,7 @@ Runs are grouped by the overrides that vary across them (seed excluded), or by
 --by config keys; --filter KEY=VALUE keeps the runs with that setting. W&B runs
 (--wandb) are grouped the same way; a metric W&B summarises (val/loss: the
 minimum over validations) says so in its header. Means, sample stds, 95%
-bootstrap CIs of the mean (and, from 5 runs, median and IQM) use completed runs
+Student-t CIs of the mean (and, from 5 runs, median and IQM) use completed runs
 only. With exactly two groups, with --vs, --vs-best (the best group against
 each other one) or --all-pairs, each pair gets a line below the table (on
 stderr with --format csv, latex or json, so stdout is one table to paste or
