@@ -42,8 +42,18 @@ fi
 pair() {  # TITLE KEY A_SWEEP B_SWEEP A B PLOT
   echo "## $1"
   echo
+  # the table over all 12 runs of each block and the fits; not its test, which would pool
+  # four widths that share their seeds
   "$PY" -m attnlab.compare "$3" "$4" --by "$2" --metric val/loss params --fit \
-    --multiplier "$5" "$6" --plot "$OUT/$7"
+    --multiplier "$5" "$6" --plot "$OUT/$7" | grep -v '^Welch\|^In each line'
+  echo "A against B at each width (3 seeds a side), Holm over the four widths:"
+  echo
+  local width tests=()
+  for width in 32 64 128 256; do
+    tests+=(--vs "$2=$5 model.d_model=$width" "$2=$6 model.d_model=$width")
+  done
+  "$PY" -m attnlab.compare "$3" "$4" --by "$2" model.d_model --metric val/loss "${tests[@]}" \
+    | grep '^Welch\|^In each line'
   echo
 }
 {
