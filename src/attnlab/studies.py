@@ -164,6 +164,11 @@ def _tokens(text: str) -> tuple[list[str], list[str]]:
     return words, numbers
 
 
+def text_between_numbers(text: str) -> list[str]:
+    """What :func:`table_differences` compares exactly: the text with its numbers taken out."""
+    return _tokens(text)[0]
+
+
 def _unit(number: str) -> float:
     """One unit of the last printed digit: 0.001 for 2.010, 1e-6 for 1.2e-05, 0 for 42."""
     m = NUMBER.fullmatch(number)
@@ -243,11 +248,19 @@ def run_study(folder: Path, out: Path, *, train: bool, measure: bool, extra: lis
 
 
 def check(folder: Path) -> bool:
+    from attnlab.study_readme import readme_differences
+
     with tempfile.TemporaryDirectory(prefix=f"attnlab-reproduce-{folder.name}-") as tmp:
         run_study(folder, Path(tmp), train=False, measure=False, extra=[])
         report = differences(folder, Path(tmp))
+        readme = folder / "README.md"
+        if readme.is_file():
+            report[readme.name] = readme_differences(readme, Path(tmp))
     failed = {name: problems for name, problems in report.items() if problems}
     for name, problems in failed.items():
+        if name == "README.md":  # one line each: <study>/README.md: line 12: …
+            print("\n".join(f"{folder.name}/{name}: {problem}" for problem in problems))
+            continue
         shown = problems[:5] + ([f"… {len(problems) - 5} more"] if len(problems) > 5 else [])
         print(f"{folder.name}/{name}: " + "; ".join(shown))
     ok = sorted(set(report) - set(failed))

@@ -1,0 +1,94 @@
+"""A study's README against its generated files: what ``attnlab-reproduce --check`` adds.
+
+A README quotes a generated table or line between two markers::
+
+    <!-- from: results.md -->
+    | model.norm | n | failed | val/loss | val/loss 95 % t CI |
+    | --- | ---: | ---: | --- | --- |
+    | pre | 3 | 0 | 4.050 ± 0.018 | [4.005, 4.095] |
+    <!-- end -->
+
+Every line of the block but blank lines and code fences (a line of only ```) must be a
+line of the named file (as ``run.sh`` writes it; a hardware measurement as committed), in
+the file's order; lines of the file may be left out
+between them, so a block quotes a whole table or only its header and some rows. Lines
+agree with the tolerance of the other checks (:func:`attnlab.studies.table_differences`:
+every number within one unit of its last printed digit, text equal up to spacing).
+
+Under a ``## Results`` heading (up to the next ``## `` heading) every table row, a line
+that starts with ``|``, must be inside such a block: a table of numbers is never a hand
+copy. Each problem is one line naming the README's line and the file.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from attnlab.studies import table_differences, text_between_numbers
+
+FROM = re.compile(r"<!--\s*from:\s*(\S+)\s*-->")
+END = re.compile(r"<!--\s*end\s*-->")
+RESULTS = re.compile(r"##\s+Results\b")
+
+
+def _agree(quoted: str, generated: str) -> bool:
+    return not table_differences(quoted, generated)
+
+
+def block_differences(
+    opened: int, lines: list[tuple[int, str]], name: str, folders: list[Path]
+) -> list[str]:
+    """The problems of the block opened at README line ``opened``: ``lines`` (line number,
+    text) quoted from ``name``, read from the first of ``folders`` that has it."""
+    path = next((folder / name for folder in folders if (folder / name).is_file()), None)
+    if path is None:
+        return [f"line {opened}: quotes {name}, which the analysis does not write"]
+    produced = path.read_text().splitlines()
+    position = 0
+    for number, text in lines:
+        hit = next((i for i in range(position, len(produced)) if _agree(text, produced[i])), None)
+        if hit is not None:
+            position = hit + 1
+            continue
+        words = text_between_numbers(text)
+        near = next((p for p in produced[position:] if text_between_numbers(p) == words), None)
+        if near is not None:
+            return [f"line {number}: {text.strip()!r} disagrees with {name}: {near.strip()!r}"]
+        return [f"line {number}: {text.strip()!r} is not a line of {name} (after line "
+                f"{position})"]  # fmt: skip
+    return []
+
+
+def readme_differences(readme: Path, generated: Path) -> list[str]:
+    """Where ``readme`` disagrees with the files in ``generated``, one ``line N: …`` each: a
+    quoted line that is not in its file, an unclosed block, a Results table row outside a block.
+
+    A file the analysis does not write (a hardware measurement, which ``--check`` does not
+    rerun) is read from the README's own folder."""
+    problems: list[str] = []
+    name: str | None = None
+    opened_at = 0
+    block: list[tuple[int, str]] = []
+    in_results = False
+    for number, text in enumerate(readme.read_text().splitlines(), start=1):
+        if text.startswith("## "):
+            in_results = bool(RESULTS.match(text))
+        if (opened := FROM.search(text)) is not None:
+            if name is not None:
+                problems.append(f"line {number}: a block opens inside the block of {name}")
+            name, opened_at, block = opened.group(1), number, []
+        elif END.search(text) and name is not None:
+            problems += block_differences(opened_at, block, name, [generated, readme.parent])
+            name = None
+        elif name is not None:
+            if text.strip() not in ("", "```"):  # a fence may keep the file's line breaks
+                block.append((number, text))
+        elif in_results and text.lstrip().startswith("|"):
+            problems.append(
+                f"line {number}: a table row under Results that quotes no generated "
+                "file; put it between <!-- from: FILE --> and <!-- end -->"
+            )
+    if name is not None:
+        problems.append(f"line {opened_at}: the block of {name} has no <!-- end -->")
+    return problems
