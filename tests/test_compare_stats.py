@@ -21,7 +21,7 @@ from attnlab.compare import (
     t_interval,
     welch_power,
 )
-from test_compare import PRE, norm_sweep, run_cli
+from test_compare import PRE, norm_sweep, run_cli, write_run
 
 FIVE_PRE = [0.50, 0.52, 0.47, 0.49, 0.51]
 FIVE_POST = [0.61, 0.66, 0.58, 0.55, 0.70]
@@ -192,3 +192,25 @@ def test_groups_below_three_runs_get_one_warning_line(tmp_path, capsys):
     assert "model.norm=post: n=2" in warnings[0] and "model.norm=sandwich: n=1" in warnings[0]
     _, _, err = run_cli(capsys, norm_sweep(tmp_path / "ok"))
     assert "warning" not in err
+
+
+def two_rate_sweep(root):
+    """model.norm × optim.lr × seeds 0-2: each norm holds two runs of every seed."""
+    for job, (norm, lr, seed) in enumerate(
+        (n, lr, s) for n in ("pre", "post") for lr in ("1e-3", "2e-3") for s in range(3)
+    ):
+        loss = (0.5 if norm == "pre" else 0.6) + 0.01 * seed + (0.02 if lr == "2e-3" else 0)
+        overrides = [f"model.norm={norm}", f"optim.lr={lr}", f"seed={seed}"]
+        write_run(root / str(job), overrides, {"val/loss": loss})
+    return root
+
+
+def test_a_test_over_settings_that_share_seeds_is_warned_about(tmp_path, capsys):
+    sweep = two_rate_sweep(tmp_path / "sweep")
+    code, _, err = run_cli(capsys, sweep, "--by", "model.norm", "--metric", "val/loss")
+    assert code == 0
+    assert err.startswith("warning: a test pools runs that share a seed (")
+    assert "model.norm=pre: 2 runs of seed 0, 2 runs of seed 1, 2 runs of seed 2" in err
+    within = ["--vs", "model.norm=pre optim.lr=1e-3", "model.norm=post optim.lr=1e-3"]
+    code, out, err = run_cli(capsys, sweep, "--metric", "val/loss", *within)
+    assert code == 0 and "Welch t-test" in out and "pools" not in err

@@ -42,10 +42,11 @@ fi
 pair() {  # TITLE KEY A_SWEEP B_SWEEP A B PLOT
   echo "## $1"
   echo
-  # the table over all 12 runs of each block and the fits; not its test, which would pool
-  # four widths that share their seeds
+  # the table over all 12 runs of each block and the fits; not its test (dropped with the
+  # warning about it), which would pool four widths that share their seeds
   "$PY" -m attnlab.compare "$3" "$4" --by "$2" --metric val/loss params --fit \
-    --multiplier "$5" "$6" --plot "$OUT/$7" | grep -v '^Welch\|^In each line'
+    --multiplier "$5" "$6" --plot "$OUT/$7" 2> >(grep -v '^warning: a test pools' >&2) \
+    | grep -v '^Welch\|^In each line'
   echo "A against B at each width (3 seeds a side), Holm over the four widths:"
   echo
   local width tests=()

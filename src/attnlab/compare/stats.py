@@ -76,6 +76,32 @@ def choose_metrics(runs: Sequence[Run], requested: Sequence[str] | None) -> list
     return list(dict.fromkeys(requested))
 
 
+def repeated_seeds(group: Group) -> dict[str, int]:
+    """Seed → the number of the group's completed runs with it, for each seed used more than
+    once: the group pools runs of settings outside its grouping keys that share seeds."""
+    counts = Counter(str(r.config["seed"]) for r in group.completed if "seed" in r.config)
+    return {seed: n for seed, n in sorted(counts.items()) if n > 1}
+
+
+def pooled_seeds_warning(pairs: Sequence[tuple[Group, Group]]) -> str | None:
+    """One line naming the tested groups that hold several runs of one seed, or None: such a
+    group pools settings outside the grouping that share their seeds, and a test treats its
+    runs as independent repeats (pseudo-replication)."""
+    tested = {id(g): g for pair in pairs for g in pair}.values()
+    pooled = [(g.label, repeats) for g in tested if (repeats := repeated_seeds(g))]
+    if not pooled:
+        return None
+    named = "; ".join(
+        f"{label}: " + ", ".join(f"{n} runs of seed {seed}" for seed, n in repeats.items())
+        for label, repeats in pooled
+    )
+    return (
+        f"warning: a test pools runs that share a seed ({named}); they differ in settings "
+        "outside the grouping and are not independent repeats: test within one setting "
+        "(add its keys to --by)"
+    )
+
+
 def metric_values(group: Group, metric: str) -> list[float]:
     """``metric`` of the group's completed runs (failed and diverged runs are left out)."""
     return [r.metrics[metric] for r in group.completed if metric in r.metrics]
