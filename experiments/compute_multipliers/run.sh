@@ -67,6 +67,8 @@ pair() {  # TITLE KEY A_SWEEP B_SWEEP A B PLOT
   pair "The modern block (RMSNorm + RoPE + SwiGLU) against the GPT-2 block" model.norm_type \
     "$GPT2" "$MODERN" layernorm rmsnorm frontier_modern_gpt2.png
 } 2>&1 | grep -v '^wrote ' > "$OUT/results.md"
+# the gate's numbers: nanoGPT's loss and the baseline trained longer (runs/gate_longer)
+"$PY" "$HERE/gate.py" "$RUNS" > "$OUT/gate.md"
 per_width() {  # NAME SWEEP
   echo "### $1"
   echo
