@@ -219,3 +219,25 @@ def test_check_fails_on_a_readme_number_that_disagrees_with_the_analysis(
     assert studies.main(["mini", "--check"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("mini/README.md: line 4: ") and "disagrees with results.md" in out[0]
+
+
+@pytest.mark.parametrize(
+    "prose",
+    [
+        "full at 2.05, linear at 2.30 (sd 0.07 and 0.1)",  # as printed, and rounded
+        "over 3 seeds of 400 steps at `lr=1.5e-3`",  # whole numbers and settings
+    ],
+    ids=["quoted numbers", "whole numbers and code"],
+)
+def test_results_prose_may_state_what_its_blocks_show(tmp_path: Path, prose: str) -> None:
+    readme = readme_quoting(tmp_path, RESULTS)
+    readme.write_text(readme.read_text() + f"\n{prose}\n")
+    assert study_readme.readme_differences(readme, tmp_path) == []
+
+
+def test_a_results_number_that_no_block_shows_fails(tmp_path: Path) -> None:
+    readme = readme_quoting(tmp_path, RESULTS)
+    text = readme.read_text() + "\nfull is at 2.04 (hand copied)\n\n## Reading\n\n0.123 is fine\n"
+    readme.write_text(text)
+    (line,) = study_readme.readme_differences(readme, tmp_path)
+    assert line.startswith("line 12: 2.04 is in no block of this Results section")

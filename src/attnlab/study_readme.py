@@ -16,20 +16,23 @@ agree with the tolerance of the other checks (:func:`attnlab.studies.table_diffe
 every number within one unit of its last printed digit, text equal up to spacing).
 
 Under a ``## Results`` heading (up to the next ``## `` heading) every table row, a line
-that starts with ``|``, must be inside such a block: a table of numbers is never a hand
-copy. Each problem is one line naming the README's line and the file.
+that starts with ``|``, must be inside such a block, and every decimal number the prose
+states must be one that a block of the same section shows (as printed, or rounded from
+it): a result is never a hand copy. Each problem is one line naming the README's line.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnlab.studies import table_differences, text_between_numbers
+from attnlab.studies import NUMBER, _unit, table_differences, text_between_numbers
 
 FROM = re.compile(r"<!--\s*from:\s*(\S+)\s*-->")
 END = re.compile(r"<!--\s*end\s*-->")
 RESULTS = re.compile(r"##\s+Results\b")
+CODE = re.compile(r"`[^`]*`")  # inline code: settings and names, not results
 
 
 def _agree(quoted: str, generated: str) -> bool:
@@ -62,7 +65,8 @@ def block_differences(
 
 def readme_differences(readme: Path, generated: Path) -> list[str]:
     """Where ``readme`` disagrees with the files in ``generated``, one ``line N: …`` each: a
-    quoted line that is not in its file, an unclosed block, a Results table row outside a block.
+    quoted line that is not in its file, an unclosed block, and under a Results heading a
+    table row outside a block or a decimal number that no block of the section shows.
 
     A file the analysis does not write (a hardware measurement, which ``--check`` does not
     rerun) is read from the README's own folder."""
@@ -70,10 +74,11 @@ def readme_differences(readme: Path, generated: Path) -> list[str]:
     name: str | None = None
     opened_at = 0
     block: list[tuple[int, str]] = []
-    in_results = False
+    section: Section | None = None
     for number, text in enumerate(readme.read_text().splitlines(), start=1):
         if text.startswith("## "):
-            in_results = bool(RESULTS.match(text))
+            problems += section.problems() if section else []
+            section = Section() if RESULTS.match(text) else None
         if (opened := FROM.search(text)) is not None:
             if name is not None:
                 problems.append(f"line {number}: a block opens inside the block of {name}")
@@ -84,11 +89,36 @@ def readme_differences(readme: Path, generated: Path) -> list[str]:
         elif name is not None:
             if text.strip() not in ("", "```"):  # a fence may keep the file's line breaks
                 block.append((number, text))
-        elif in_results and text.lstrip().startswith("|"):
-            problems.append(
-                f"line {number}: a table row under Results that quotes no generated "
-                "file; put it between <!-- from: FILE --> and <!-- end -->"
-            )
+                if section:
+                    section.quoted.append(text)
+        elif section:
+            section.prose.append((number, text))
     if name is not None:
         problems.append(f"line {opened_at}: the block of {name} has no <!-- end -->")
-    return problems
+    return problems + (section.problems() if section else [])
+
+
+@dataclass
+class Section:
+    """The lines under one ``## Results`` heading: quoted from generated files, or not."""
+
+    quoted: list[str] = field(default_factory=list)
+    prose: list[tuple[int, str]] = field(default_factory=list)
+
+    def problems(self) -> list[str]:
+        """A table row outside a block; a decimal number (one with a decimal point or an
+        exponent) that is no quoted number as printed or rounded. Whole numbers (steps,
+        seeds, layers, counts) and `code` (settings) are the prose's own."""
+        shown = [abs(float(m.group(0))) for line in self.quoted for m in NUMBER.finditer(line)]
+        out = []
+        for number, text in self.prose:
+            if text.lstrip().startswith("|"):
+                out.append(f"line {number}: a table row under Results that quotes no generated "
+                           "file; put it between <!-- from: FILE --> and <!-- end -->")  # fmt: skip
+                continue
+            for match in NUMBER.finditer(CODE.sub("", text).replace(",", "")):
+                value, unit = abs(float(match.group(0))), _unit(match.group(0))
+                if unit and not any(abs(value - x) <= unit / 2 * 1.000001 for x in shown):
+                    out.append(f"line {number}: {match.group(0)} is in no block of this Results "
+                               "section; quote the generated line that states it")  # fmt: skip
+        return out

@@ -1,17 +1,20 @@
-"""The MQAR gate's long run read from its committed files: where the gate would be met.
+"""The gates' numbers read from the committed runs of ``runs/gate``.
 
-    python experiments/efficient_attention/mqar_gate.py RUN_DIR [--runs-per-sweep 15]
+    python experiments/efficient_attention/gates.py GATE_DIR [--runs-per-sweep 15]
 
-RUN_DIR is ``runs/gate/mqar_20k`` (full attention, seed 0, a 20,000-step cosine schedule,
-interrupted). Prints its validation accuracy at every check, where it stopped and its step
-time, and two straight-line extrapolations to 0.99 (all ten validations; the last five):
-a lower bound where the gate is met, and a weak estimate beyond it.
+The LM gate: nanoGPT's last validation loss at the study's shape (``nanogpt.json``). The
+MQAR gate's long run, ``mqar_20k`` (full attention, seed 0, a 20,000-step cosine
+schedule, interrupted): its validation accuracy at every check, where it stopped and its
+step time, and two straight-line extrapolations to 0.99 (all ten validations; the last
+five): a lower bound where the gate is met, and a weak estimate beyond it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -31,10 +34,13 @@ def extrapolation(steps: np.ndarray, acc: np.ndarray, seconds_per_step: float, r
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run_dir")
+    parser.add_argument("gate_dir")
     parser.add_argument("--runs-per-sweep", type=int, default=15)
     args = parser.parse_args(argv)
-    (run,) = load_runs([args.run_dir])
+    nanogpt = json.loads((Path(args.gate_dir) / "nanogpt.json").read_text())["val_loss"]
+    print(f"LM gate: nanoGPT at the study's shape and budget (nanogpt.json): val loss "
+          f"{nanogpt:.4f}\n")  # fmt: skip
+    (run,) = load_runs([str(Path(args.gate_dir) / "mqar_20k")])
     steps, acc = run.curve("val/acc")
     last = int(run.curve("perf/train_s")[0][-1]) + 1  # steps trained before it stopped
     wall = run.metrics["wall_s"]
