@@ -3,7 +3,9 @@
 Usage:
     attnlab-reproduce STUDY --check        the analysis from the committed raw runs, into a
                                            temporary folder, compared with the committed
-                                           tables and plots (exit 1 where they differ)
+                                           tables and plots and with the README's quoted
+                                           results (exit 1 where they differ;
+                                           attnlab.study_readme)
     attnlab-reproduce STUDY                the same analysis, written into the study's folder
     attnlab-reproduce STUDY --train [-- OVERRIDE ...]
                                            rerun the study's training sweeps (its run.sh),
