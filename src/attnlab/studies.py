@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -41,12 +40,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from attnlab.errors import UserError
+from attnlab.study_tables import table_differences
 
 RUNS = "runs"
 PROVENANCE = "provenance.json"
 RAW_FILES = ("summary.json", "metrics.csv")
 PIXEL_LEVEL, PIXEL_SHARE = 16, 0.001  # a pixel differs: a channel by > 16/255; ≤ 0.1 % may
-NUMBER = re.compile(r"-?\d+(?:\.(\d+))?(?:[eE]([-+]?\d+))?")
 
 
 def studies_root() -> Path:
@@ -156,45 +155,6 @@ def cpu_name() -> str:
 
 
 # ---- comparing outputs ------------------------------------------------------------------
-
-
-def _tokens(text: str) -> tuple[list[str], list[str]]:
-    """The text between numbers (spacing and table rules normalised) and the numbers."""
-    text = re.sub(r"-{3,}", "---", text)
-    numbers = [m.group(0) for m in NUMBER.finditer(text)]
-    words = [" ".join(part.split()) for part in NUMBER.split(text)[:: 3]]
-    return words, numbers
-
-
-def text_between_numbers(text: str) -> list[str]:
-    """What :func:`table_differences` compares exactly: the text with its numbers taken out."""
-    return _tokens(text)[0]
-
-
-def _unit(number: str) -> float:
-    """One unit of the last printed digit: 0.001 for 2.010, 1e-6 for 1.2e-05, 0 for 42."""
-    m = NUMBER.fullmatch(number)
-    assert m is not None
-    decimals, exponent = len(m.group(1) or ""), int(m.group(2) or 0)
-    if not decimals and not m.group(2):
-        return 0.0
-    return 10.0 ** (exponent - decimals)
-
-
-def table_differences(expected: str, produced: str) -> list[str]:
-    """Where ``produced`` differs from ``expected`` beyond the tolerance (one line each)."""
-    words_e, numbers_e = _tokens(expected)
-    words_p, numbers_p = _tokens(produced)
-    if words_e != words_p or len(numbers_e) != len(numbers_p):
-        for line_e, line_p in zip(expected.splitlines(), produced.splitlines(), strict=False):
-            if _tokens(line_e)[0] != _tokens(line_p)[0]:
-                return [f"text differs: {line_e.strip()!r} vs {line_p.strip()!r}"]
-        return ["a different number of lines or numbers"]
-    out = []
-    for a, b in zip(numbers_e, numbers_p, strict=True):
-        if abs(float(a) - float(b)) > _unit(a) * 1.000001:
-            out.append(f"{a} vs {b}")
-    return out
 
 
 def image_differences(expected: Path, produced: Path) -> list[str]:

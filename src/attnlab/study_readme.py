@@ -12,7 +12,7 @@ Every line of the block but blank lines and code fences (a line of only ```) mus
 line of the named file (as ``run.sh`` writes it; a hardware measurement as committed), in
 the file's order; lines of the file may be left out
 between them, so a block quotes a whole table or only its header and some rows. Lines
-agree with the tolerance of the other checks (:func:`attnlab.studies.table_differences`:
+agree with the tolerance of the other checks (:func:`attnlab.study_tables.table_differences`:
 every number within one unit of its last printed digit, text equal up to spacing).
 
 Under a ``## Results`` heading (up to the next ``## `` heading) every table row, a line
@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnlab.studies import NUMBER, _unit, table_differences, text_between_numbers
+from attnlab.study_tables import NUMBER, table_differences, text_between_numbers, unit
 
 FROM = re.compile(r"<!--\s*from:\s*(\S+)\s*-->")
 END = re.compile(r"<!--\s*end\s*-->")
@@ -117,8 +117,9 @@ class Section:
                            "file; put it between <!-- from: FILE --> and <!-- end -->")  # fmt: skip
                 continue
             for match in NUMBER.finditer(CODE.sub("", text).replace(",", "")):
-                value, unit = abs(float(match.group(0))), _unit(match.group(0))
-                if unit and not any(abs(value - x) <= unit / 2 * 1.000001 for x in shown):
+                value, last_digit = abs(float(match.group(0))), unit(match.group(0))
+                near = (abs(value - x) <= last_digit / 2 * 1.000001 for x in shown)
+                if last_digit and not any(near):
                     out.append(f"line {number}: {match.group(0)} is in no block of this Results "
                                "section; quote the generated line that states it")  # fmt: skip
         return out
