@@ -82,6 +82,8 @@ CONFIG_CASES: dict[str, tuple[list[str], str]] = {
     "encoder_only_seq2seq": (["model=encoder_only", "data=reverse"], "model=encoder_only"),
     "sweep_without_m": (["model.norm=pre,post"], "add -m"),
     "sweep_bad_value": (["-m", "model.norm=pre,mid"], "model.norm=mid"),
+    "sweep_by_hydra_mode_bad_value": (["hydra.mode=MULTIRUN", "model.norm=pre,mid"],
+                                      "model.norm=mid"),  # fmt: skip
     "two_hydra_modes": (["-m", "model.norm=pre,post", "--cfg", "hydra"],
                         "--cfg and --multirun cannot be combined"),  # fmt: skip
     "grammar": (["tags=[a"], "quote the value"),

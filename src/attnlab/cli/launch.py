@@ -1,12 +1,13 @@
 """A single run composed once: the config the pre-flight checks read is the one the job runs on.
 
-``hydra.main`` composes an app's config itself (twice: once to read ``hydra.mode``, once to
-run), after attnlab's pre-flight composition has checked it and the run directory. For a
-single run on the command line (no ``-m``, no Hydra flag, no ``hydra.mode``)
+``hydra.main`` composes an app's config twice (``Hydra.get_mode`` to read ``hydra.mode``,
+then ``Hydra.run``), and reads its arguments from ``sys.argv`` only. For a single run on
+the command line (no ``-m``, no Hydra flag but ``-r``)
 :class:`OneComposition` makes that one composition with Hydra's own node, the way
 ``hydra.main`` would (the same config directory, job name, version base, ``hydra.mode=RUN``
 and Hydra's logging), and runs the job on it as ``Hydra.run`` does (``run_job`` between
-the callbacks' ``on_run_start`` and ``on_run_end``): Hydra's callbacks, ``.hydra/`` files, job
+the callbacks' ``on_run_start``, where :class:`attnlab.cli.preflight.PreFlight` checks it,
+and ``on_run_end``): Hydra's callbacks, ``.hydra/`` files, job
 logging and output directory are Hydra's. Sweeps keep ``hydra.main``: the sweeper
 composes each job's config from its overrides.
 """
