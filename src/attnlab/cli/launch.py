@@ -14,10 +14,11 @@ composes each job's config from its overrides.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 JOB_NAME = "train"  # hydra.job.name, as hydra.main names attnlab.train's jobs
 CONFIG_NAME = "config"
@@ -57,11 +58,9 @@ class OneComposition:
         from hydra.core.utils import run_job
         from hydra.types import HydraContext
 
-        from attnlab.compat import hydra_callbacks
-
         cfg = self.cfg
         assert cfg is not None, "compose() first"
-        callbacks = hydra_callbacks(cfg)
+        callbacks = HydraCallbacks(cfg)
         callbacks.on_run_start(config=cfg, config_name=CONFIG_NAME)
         loader = GlobalHydra.instance().config_loader()
         ret = run_job(
@@ -74,3 +73,36 @@ class OneComposition:
         )
         callbacks.on_run_end(config=cfg, config_name=CONFIG_NAME, job_return=ret)
         return ret.return_value  # re-raises the job's exception
+
+
+class HydraCallbacks:
+    """Hydra's callbacks of a composed config (``hydra.callbacks``), built with Hydra's
+    ``instantiate`` and called as ``Hydra.run`` calls them, for ``run_job``'s
+    ``HydraContext``: in order, the ends in reverse, an exception a warning (a callback
+    that must stop the run raises SystemExit, as :class:`attnlab.cli.preflight.PreFlight`)."""
+
+    def __init__(self, cfg: DictConfig) -> None:
+        from hydra.utils import instantiate
+
+        found = OmegaConf.select(cfg, "hydra.callbacks") or {}
+        self.callbacks = [instantiate(params) for params in found.values()]
+
+    def _notify(self, name: str, reverse: bool = False, **kwargs: Any) -> None:
+        for callback in reversed(self.callbacks) if reverse else self.callbacks:
+            try:
+                getattr(callback, name)(**kwargs)
+            except Exception as exc:
+                warnings.warn(f"Callback {type(callback).__name__}.{name} raised "
+                              f"{type(exc).__name__}: {exc}", stacklevel=2)  # fmt: skip
+
+    def on_run_start(self, **kwargs: Any) -> None:
+        self._notify("on_run_start", **kwargs)
+
+    def on_job_start(self, **kwargs: Any) -> None:
+        self._notify("on_job_start", **kwargs)
+
+    def on_job_end(self, **kwargs: Any) -> None:
+        self._notify("on_job_end", reverse=True, **kwargs)
+
+    def on_run_end(self, **kwargs: Any) -> None:
+        self._notify("on_run_end", reverse=True, **kwargs)
