@@ -33,7 +33,7 @@ def run_job(cfg: Any) -> float | None:
     from hydra.core.hydra_config import HydraConfig
 
     from attnlab.cli.console import log_to_file
-    from attnlab.cli.preflight import PreFlight
+    from attnlab.cli.hydra_callbacks import PreFlight
     from attnlab.cli.run import RunRecord
     from attnlab.cli.rundir import is_primary_process
 
@@ -151,9 +151,8 @@ def _main(argv: list[str] | None) -> int:
     import hydra
 
     from attnlab.cli.compose import quote_non_ascii
+    from attnlab.cli.hydra_callbacks import PreFlight, SweepStatus
     from attnlab.cli.launch import OneComposition
-    from attnlab.cli.preflight import PreFlight
-    from attnlab.cli.sweep import SweepStatus
 
     quiet_environment()
     register_resolvers()

@@ -6,10 +6,10 @@ the command line (no ``-m``, no Hydra flag but ``-r``)
 :class:`OneComposition` makes that one composition with Hydra's own node, the way
 ``hydra.main`` would (the same config directory, job name, version base, ``hydra.mode=RUN``
 and Hydra's logging), and runs the job on it as ``Hydra.run`` does (``run_job`` between
-the callbacks' ``on_run_start``, where :class:`attnlab.cli.preflight.PreFlight` checks it,
-and ``on_run_end``): Hydra's callbacks, ``.hydra/`` files, job
-logging and output directory are Hydra's. Sweeps keep ``hydra.main``: the sweeper
-composes each job's config from its overrides.
+the callbacks' ``on_run_start``, where
+:class:`attnlab.cli.hydra_callbacks.PreFlight` checks it, and ``on_run_end``): Hydra's
+callbacks, ``.hydra/`` files, job logging and output directory are Hydra's. Sweeps keep
+``hydra.main``: the sweeper composes each job's config from its overrides.
 """
 
 from __future__ import annotations
@@ -79,7 +79,8 @@ class HydraCallbacks:
     """Hydra's callbacks of a composed config (``hydra.callbacks``), built with Hydra's
     ``instantiate`` and called as ``Hydra.run`` calls them, for ``run_job``'s
     ``HydraContext``: in order, the ends in reverse, an exception a warning (a callback
-    that must stop the run raises SystemExit, as :class:`attnlab.cli.preflight.PreFlight`)."""
+    that must stop the run raises SystemExit, as
+    :class:`attnlab.cli.hydra_callbacks.PreFlight` does)."""
 
     def __init__(self, cfg: DictConfig) -> None:
         from hydra.utils import instantiate

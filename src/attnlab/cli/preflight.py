@@ -2,77 +2,19 @@
 together (architecture and data), and the machine it is asked to run on (the accelerator,
 a kernel that cannot train there).
 
-These checks read the composed config and this machine only; nothing is built. They run as
-a Hydra callback (:class:`PreFlight`), when Hydra starts a run or a sweep and before it makes
-the run's directory. A job of a sweep makes them again
-(:func:`attnlab.cli.pipeline.check_config`), and the same rules hold where the run is built,
-for callers that skip this step.
+These checks read the composed config and this machine only; nothing is built. A job of a
+sweep makes them again (:func:`attnlab.cli.pipeline.check_config`), and the same rules hold
+where the run is built, for callers that skip this step.
 """
 
 from __future__ import annotations
 
-import contextlib
-import traceback
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
 
 from attnlab.errors import ConfigError
 
 # what Lightning takes besides the names of its registry ("gpu": CUDA or Apple's MPS)
 ACCELERATOR_ALIASES = ("auto", "gpu")
-
-
-class PreFlight(Callback):
-    """Before Hydra makes a run's directory (``on_run_start``) or starts a sweep's sweeper
-    (``on_multirun_start``): the config checked, the run directories claimed; a refusal is
-    one ``error:`` line, exit code 2. A sweep composes and checks every swept value
-    (:func:`attnlab.cli.compose.validate_overrides`)."""
-
-    checked: Any = None  # the single run's checked ModelConfig: read by attnlab.train.run_job
-    log_dir: Path | None = None  # where the files go: named by a full disk's error
-
-    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from attnlab.cli.compose import check_values
-        from attnlab.cli.rundir import claim_run_dirs
-
-        with _ends_the_command():
-            PreFlight.checked = check_values(config, this_machine=True)
-            PreFlight.log_dir = claim_run_dirs(config, _overrides(config), multirun=False)
-
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from attnlab.cli.compose import validate_overrides
-        from attnlab.cli.rundir import claim_run_dirs
-
-        overrides = _overrides(config)
-        # a sweep launched to a cluster runs elsewhere: its jobs check their machine
-        local = not any(o.startswith("hydra/launcher=") and ("slurm" in o or "submitit" in o)
-                        for o in overrides)  # fmt: skip
-        with _ends_the_command():
-            cfg = validate_overrides(overrides, multirun=True, this_machine=local)
-            PreFlight.log_dir = claim_run_dirs(cfg, overrides, multirun=True)
-
-
-@contextlib.contextmanager
-def _ends_the_command() -> Iterator[None]:
-    """Hydra turns a callback's exception into a warning and goes on: here a refusal ends the
-    command in one line (exit code 2), any other error with its traceback (exit code 1)."""
-    from attnlab.cli.common import user_errors
-
-    try:
-        with user_errors():
-            yield
-    except Exception:
-        traceback.print_exc()
-        raise SystemExit(1) from None
-
-
-def _overrides(config: DictConfig) -> list[str]:
-    """The command line's overrides, Hydra's own (``hydra.run.dir=…``) among them."""
-    return [*config.hydra.overrides.hydra, *config.hydra.overrides.task]
 
 
 def check_before_run(cfg: dict[str, Any], model: Any, this_machine: bool = False) -> None:

@@ -23,7 +23,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from attnlab.errors import ConfigError
 
@@ -148,21 +148,6 @@ def check_run_dirs(
         return
     check_writable(folder, key)
     claim(folder, resuming, overwrite, key)
-
-
-def claim_run_dirs(cfg: Any, overrides: list[str], multirun: bool) -> Path:
-    """Refuse run directories the run may not write (a finished run, a resume that does not
-    match, a sweep to plan); return where the run's files go."""
-    from attnlab.cli.resume_sweep import plan_sweep
-
-    resuming = cfg.get("ckpt_path") not in (None, "") or bool(cfg.get("resume"))
-    if cfg.get("resume"):
-        plan_sweep(overrides, multirun)
-    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    log_dir = explicit_dir(overrides, key) or Path(str(cfg.paths.log_dir)).absolute()
-    check_run_dirs(overrides, multirun, resuming, bool(cfg.get("overwrite")),
-                   str(cfg.paths.log_dir))  # fmt: skip
-    return log_dir
 
 
 RUN_FIX = ("free disk space or choose a writable directory (paths.log_dir=…), then continue "
