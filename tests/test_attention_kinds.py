@@ -50,8 +50,9 @@ def padding(T: int) -> torch.Tensor:
 
 
 def test_every_kind_is_registered() -> None:
-    assert KINDS == ["bigbird", "differential", "full", "linear", "linformer", "longformer",
-                     "mamba2", "mla", "sigmoid", "sliding_window"]
+    assert KINDS == ["bigbird", "differential", "full", "gated_deltanet", "hybrid", "linear",
+                     "linformer",
+                     "longformer", "mamba2", "mla", "sigmoid", "sliding_window"]
 
 
 @pytest.mark.parametrize("padded", [False, True], ids=["dense", "padded"])

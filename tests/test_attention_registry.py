@@ -23,12 +23,14 @@ from decoding_inputs import left_padded_prompts, sources, step_logits
 
 VOCAB = 20
 SMALL = {"window": 3, "attn_block": 4, "n_global": 1, "n_random": 1, "linformer_k": 5}
-# the kernels between W_Q, W_K, W_V and W_O; a whole token mixer (mamba2) decodes below and
-# has its own tests (tests/test_mamba2.py)
+# the kernels between W_Q, W_K, W_V and W_O; a whole token mixer (mamba2, gated_deltanet)
+# decodes below and has its own tests (tests/test_mamba2.py, tests/test_gated_deltanet.py)
 MIXERS = [k for k in ATTENTION_KINDS.names() if getattr(ATTENTION_KINDS.get(k), "mixer", False)]
 KINDS = [k for k in ATTENTION_KINDS.names() if k not in MIXERS]
 CAUSAL_KINDS = [k for k in KINDS if ATTENTION_KINDS.get(k).causal_ok]
-OWN_KEYS = {"mamba2": {"pos": "none", "ssm_state": 8, "ssm_chunk": 4}}  # a mixer's sizes
+OWN_KEYS = {"mamba2": {"pos": "none", "ssm_state": 8, "ssm_chunk": 4},  # a mixer's sizes
+            "gated_deltanet": {"pos": "none", "delta_chunk": 4},
+            "hybrid": {"layer_pattern": ["sliding_window", "full"], "rope_theta_local": 100.0}}
 
 
 def make(name: str, attention: str, **overrides: object) -> torch.nn.Module:
@@ -169,11 +171,12 @@ def test_bad_attention_settings_are_one_line(overrides: dict, needle: str) -> No
 
 @pytest.mark.parametrize("attention",
                          ["sliding_window", "linear", "sigmoid", "differential", "mamba2",
-                          "mla"])
+                          "gated_deltanet", "mla"])
 def test_kinds_train_through_the_configs(attention: str, tmp_path) -> None:
     own = {"sliding_window": ["model.window=4"],  # its keys only
-           "mamba2": ["model.ssm_state=16", "model.ssm_chunk=8"]}.get(attention, [])
-    pos = "none" if attention == "mamba2" else "rope"  # Mamba-2 takes no positions
+           "mamba2": ["model.ssm_state=16", "model.ssm_chunk=8"],
+           "gated_deltanet": ["model.delta_chunk=8"]}.get(attention, [])
+    pos = "none" if attention in MIXERS else "rope"  # a recurrence takes no positions
     result = train_fast(["model=decoder_only", f"model.attention={attention}", f"model.pos={pos}",
                          *own, "data=reverse"], tmp_path)  # fmt: skip
     assert result["status"] == "completed"

@@ -82,6 +82,8 @@ CONFIG_CASES: dict[str, tuple[list[str], str]] = {
     "encoder_only_seq2seq": (["model=encoder_only", "data=reverse"], "model=encoder_only"),
     "sweep_without_m": (["model.norm=pre,post"], "add -m"),
     "sweep_bad_value": (["-m", "model.norm=pre,mid"], "model.norm=mid"),
+    "sweep_by_hydra_mode_bad_value": (["hydra.mode=MULTIRUN", "model.norm=pre,mid"],
+                                      "model.norm=mid"),  # fmt: skip
     "two_hydra_modes": (["-m", "model.norm=pre,post", "--cfg", "hydra"],
                         "--cfg and --multirun cannot be combined"),  # fmt: skip
     "grammar": (["tags=[a"], "quote the value"),
@@ -591,3 +593,17 @@ def test_compare_with_only_malformed_summaries_is_refused_in_one_line(
     _summary(tmp_path / "sweep" / "0", COMPARE_CASES[case])
     assert compare_main([str(tmp_path / "sweep")]) == 2
     assert "summary.json" in one_error_line(capfd)
+
+
+@pytest.mark.parametrize("args", [["model.d_model=-1"], ["-r", "model.norm=mid"]])
+def test_a_bad_value_is_refused_before_torch_is_imported(args: list[str], tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from attnlab.train import main\n"
+            "try:\n    main(sys.argv[1:])\nexcept SystemExit as exit:\n    code = exit.code\n"
+            "assert code == 2, code\n"
+            "assert 'torch' not in sys.modules, 'torch imported before the refusal'")  # fmt: skip
+    subprocess.run([sys.executable, "-c", code, *args, f"paths.log_dir={tmp_path}"],
+                   check=True, timeout=120, capture_output=True)  # fmt: skip
+    assert list(tmp_path.iterdir()) == []

@@ -15,6 +15,7 @@ import pytest
 from scipy import stats
 
 from attnlab.compare import align_curves, group_runs, load_runs, main, summarize, welch
+from attnlab.compare.grouping import filter_runs
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -245,6 +246,21 @@ def test_by_groups_on_config_keys_and_model_means_its_name(tmp_path):
     assert [len(g.runs) for g in group_runs(runs, ["model", "model.norm"])] == [3, 3, 1]
 
 
+def test_a_list_setting_is_spelled_and_filtered_as_on_the_command_line(tmp_path):
+    sweep = tmp_path / "sweep"
+    for job, pattern in enumerate([["sliding_window*5", "full"], ["full"]]):
+        spelled = "[" + ",".join(pattern) + "]"
+        run = write_run(sweep / str(job), ["model.attention=hybrid",
+                                           f"model.layer_pattern={spelled}"], {"val/loss": 0.1})
+        summary = json.loads((run / "summary.json").read_text())
+        summary["config"]["model"]["layer_pattern"] = pattern  # a list, as a run saves it
+        (run / "summary.json").write_text(json.dumps(summary))
+    runs = load_runs([str(sweep)])
+    labels = {g.label for g in group_runs(runs, ["model.layer_pattern"])}
+    assert labels == {"model.layer_pattern=[sliding_window*5,full]", "model.layer_pattern=[full]"}
+    assert len(filter_runs(runs, [("model.layer_pattern", "[full]")])) == 1
+
+
 def test_default_metrics_follow_the_task(tmp_path, capsys):
     seq2seq = norm_sweep(tmp_path / "s")
     write_run(
@@ -258,7 +274,8 @@ def test_default_metrics_follow_the_task(tmp_path, capsys):
     lm = tmp_path / "lm"  # an old run: no "task", the metric names tell
     write_run(lm / "0", ["seed=0"], {"val/loss": 2.0, "val/ppl": 7.4, "val/acc": 0.3}, task=None)
     _, out, _ = run_cli(capsys, lm)
-    assert out.splitlines()[0].endswith("| val/loss | val/loss 95% CI | val/ppl | val/ppl 95% CI |")
+    header = "| val/loss | val/loss 95 % t CI | val/ppl | val/ppl 95 % t CI |"
+    assert out.splitlines()[0].endswith(header)
 
 
 @pytest.fixture

@@ -73,7 +73,7 @@ def test_latex_format_is_a_booktabs_tabular_with_escaped_cells(tmp_path, capsys)
     assert code == 0 and r"\begin{tabular}{lrrllll}" in out
     assert out.rstrip().endswith(r"\end{tabular}")
     assert all(rule in out for rule in (r"\toprule", r"\midrule", r"\bottomrule"))
-    assert r"val/exact\_match 95\% CI" in out and "exact_match" not in out.replace(r"\_", "")
+    assert r"val/exact\_match 95 \% t CI" in out and "exact_match" not in out.replace(r"\_", "")
     assert r"0.4967 $\pm$ 0.02517 $\star$" in out and "±" not in out.split(r"\begin")[1]
     assert "Welch t-test" in err and "Welch" not in out  # stdout: only the table
 

@@ -18,9 +18,10 @@ from attnlab.compare import (
     interquartile_mean,
     probability_of_improvement,
     seeds_for_power,
+    t_interval,
     welch_power,
 )
-from test_compare import PRE, norm_sweep, run_cli
+from test_compare import PRE, norm_sweep, run_cli, write_run
 
 FIVE_PRE = [0.50, 0.52, 0.47, 0.49, 0.51]
 FIVE_POST = [0.61, 0.66, 0.58, 0.55, 0.70]
@@ -39,6 +40,30 @@ def test_bootstrap_ci_falls_back_to_percentile_where_bca_degenerates():
     assert bootstrap_ci([0.4, 0.45]) == pytest.approx(tuple(expected.confidence_interval))
     assert bootstrap_ci([0.5, 0.5, 0.5]) == (0.5, 0.5)
     assert bootstrap_ci([0.5]) is None
+
+
+def test_t_interval_is_the_mean_plus_minus_t_times_the_standard_error():
+    values = [0.61, 0.66, 0.58]  # mean 0.6167, s = 0.04041, t_{0.975, 2} = 4.3027
+    half = 4.302653 * np.std(values, ddof=1) / math.sqrt(3)
+    assert t_interval(values) == pytest.approx((np.mean(values) - half, np.mean(values) + half))
+    expected = stats.t.interval(0.95, 4, loc=np.mean(FIVE_POST), scale=stats.sem(FIVE_POST))
+    assert t_interval(FIVE_POST) == pytest.approx(expected)
+    assert t_interval([0.5, 0.5, 0.5]) == (0.5, 0.5)
+    assert t_interval([0.5]) is None
+
+
+def _coverage(interval, n: int, trials: int) -> float:
+    """The share of ``trials`` standard-normal samples of size ``n`` whose interval holds 0."""
+    samples = np.random.default_rng(0).standard_normal((trials, n))
+    return float(np.mean([low <= 0 <= high for low, high in map(interval, samples)]))
+
+
+def test_t_interval_covers_the_mean_95_percent_of_the_time_at_three_seeds():
+    assert _coverage(t_interval, n=3, trials=4000) == pytest.approx(0.95, abs=0.015)
+
+
+def test_bootstrap_ci_of_three_seeds_covers_the_mean_far_less_than_95_percent():
+    assert _coverage(bootstrap_ci, n=3, trials=1000) < 0.85  # 0.74: why tables use t
 
 
 def test_interquartile_mean_is_the_mean_of_the_middle_half():
@@ -104,12 +129,12 @@ def test_several_tests_are_holm_corrected_and_one_is_not():
 def test_table_shows_the_ci_column_and_median_and_iqm_from_five_runs(tmp_path, capsys):
     sweep = norm_sweep(tmp_path, {"pre": FIVE_PRE, "post": FIVE_POST})
     code, out, _ = run_cli(capsys, sweep, "--metric", "val/loss")
-    low, high = bootstrap_ci(FIVE_PRE)
+    low, high = t_interval(FIVE_PRE)
     assert code == 0
-    assert "| val/loss | val/loss 95% CI | val/loss median | val/loss IQM |" in out
+    assert "| val/loss | val/loss 95 % t CI | val/loss median | val/loss IQM |" in out
     assert f"[{low:.4g}, {high:.4g}] | {np.median(FIVE_PRE):.4g} |" in out
     _, out, _ = run_cli(capsys, norm_sweep(tmp_path / "three"), "--metric", "val/loss")
-    assert "95% CI" in out and "IQM" not in out  # three runs: no median or IQM
+    assert "95 % t CI" in out and "IQM" not in out  # three runs: no median or IQM
 
 
 def test_csv_carries_ci_median_and_iqm_columns(tmp_path, capsys):
@@ -117,7 +142,7 @@ def test_csv_carries_ci_median_and_iqm_columns(tmp_path, capsys):
     code, out, _ = run_cli(capsys, sweep, "--metric", "val/loss", "--format", "csv")
     rows = {r["model.norm"]: r for r in csv.DictReader(io.StringIO(out))}
     assert code == 0
-    low, high = bootstrap_ci(FIVE_PRE)
+    low, high = t_interval(FIVE_PRE)
     assert float(rows["pre"]["val/loss_ci_low"]) == pytest.approx(low)
     assert float(rows["pre"]["val/loss_ci_high"]) == pytest.approx(high)
     assert float(rows["pre"]["val/loss_iqm"]) == pytest.approx(stats.trim_mean(FIVE_PRE, 0.25))
@@ -167,3 +192,25 @@ def test_groups_below_three_runs_get_one_warning_line(tmp_path, capsys):
     assert "model.norm=post: n=2" in warnings[0] and "model.norm=sandwich: n=1" in warnings[0]
     _, _, err = run_cli(capsys, norm_sweep(tmp_path / "ok"))
     assert "warning" not in err
+
+
+def two_rate_sweep(root):
+    """model.norm × optim.lr × seeds 0-2: each norm holds two runs of every seed."""
+    for job, (norm, lr, seed) in enumerate(
+        (n, lr, s) for n in ("pre", "post") for lr in ("1e-3", "2e-3") for s in range(3)
+    ):
+        loss = (0.5 if norm == "pre" else 0.6) + 0.01 * seed + (0.02 if lr == "2e-3" else 0)
+        overrides = [f"model.norm={norm}", f"optim.lr={lr}", f"seed={seed}"]
+        write_run(root / str(job), overrides, {"val/loss": loss})
+    return root
+
+
+def test_a_test_over_settings_that_share_seeds_is_warned_about(tmp_path, capsys):
+    sweep = two_rate_sweep(tmp_path / "sweep")
+    code, _, err = run_cli(capsys, sweep, "--by", "model.norm", "--metric", "val/loss")
+    assert code == 0
+    assert err.startswith("warning: a test pools runs that share a seed (")
+    assert "model.norm=pre: 2 runs of seed 0, 2 runs of seed 1, 2 runs of seed 2" in err
+    within = ["--vs", "model.norm=pre optim.lr=1e-3", "model.norm=post optim.lr=1e-3"]
+    code, out, err = run_cli(capsys, sweep, "--metric", "val/loss", *within)
+    assert code == 0 and "Welch t-test" in out and "pools" not in err

@@ -19,9 +19,7 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
-from hydra.experimental.callback import Callback
 from lightning.pytorch.loggers import Logger
-from omegaconf import OmegaConf
 from packaging.requirements import Requirement
 from packaging.version import Version
 from torch.utils.data import DataLoader, TensorDataset
@@ -31,7 +29,6 @@ from attnlab.compat import (
     AdjustableLearningRateMonitor,
     ContinuingExperimentWriter,
     handlers_lightning_restores,
-    hydra_callbacks,
     logs_this_step,
     started_wandb_run,
 )
@@ -177,32 +174,3 @@ def test_started_wandb_run_is_none_until_the_logger_starts_one(
     run = logger.experiment
     assert started_wandb_run(logger) is run
     run.finish()
-
-
-class Recorder(Callback):
-    """A Hydra callback that notes each event it receives, with its own name."""
-
-    events: list[str] = []
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def on_run_start(self, config: Any, **kwargs: Any) -> None:
-        Recorder.events.append(f"{self.name}:run_start")
-
-    def on_run_end(self, config: Any, **kwargs: Any) -> None:
-        Recorder.events.append(f"{self.name}:run_end")
-
-
-def test_hydra_callbacks_are_instantiated_from_the_config_and_called_in_hydras_order() -> None:
-    target = f"{__name__}.Recorder"
-    cfg = OmegaConf.create({"hydra": {"callbacks": {
-        "first": {"_target_": target, "name": "first"},
-        "second": {"_target_": target, "name": "second"},
-    }}})  # fmt: skip
-    Recorder.events = []
-    callbacks = hydra_callbacks(cfg)
-    callbacks.on_run_start(config=cfg, config_name="config")
-    callbacks.on_run_end(config=cfg, config_name="config", job_return=None)
-    assert Recorder.events == ["first:run_start", "second:run_start",
-                               "second:run_end", "first:run_end"]  # fmt: skip

@@ -56,7 +56,9 @@ def test_options_lists_every_registered_value_with_its_reference(
 @pytest.mark.parametrize("kind,paper", [("sigmoid", "Ramapuram et al. 2025"),
                                         ("differential", "Ye et al. 2025"),
                                         ("mamba2", "Dao & Gu 2024"),
-                                        ("mla", "DeepSeek-V2")])
+                                        ("gated_deltanet", "Yang et al. 2025"),
+                                        ("mla", "DeepSeek-V2"),
+                                        ("hybrid", "Gemma 3 Technical Report")])
 def test_options_lists_each_attention_kind_with_its_paper(
     capsys: pytest.CaptureFixture[str], kind: str, paper: str
 ) -> None:
@@ -204,3 +206,21 @@ def test_a_non_ascii_path_is_accepted_as_typed() -> None:
     args = ["model=decoder_only", "data=text", "data.path=/tmp/données.txt"]
     cfg = validate_overrides(quote_non_ascii(args), False)
     assert cfg.data.path == "/tmp/données.txt"
+
+
+@pytest.mark.parametrize(("override", "decode"), [
+    ("~decode.top_k", {"strategy": "greedy"}),  # Hydra's deletion, as attnlab-train reads it
+    ("+decode.top_k=3", {"strategy": "greedy", "top_k": 3}),  # + sets a key the run has
+    ("decode.strategy=beam", {"strategy": "beam", "top_k": 5}),
+])  # fmt: skip
+def test_a_saved_run_config_takes_overrides_as_hydra_composes_them(
+    override: str, decode: dict, tmp_path: Path
+) -> None:
+    from attnlab.cli.checkpoints import load_run_config
+
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "config.yaml").write_text(
+        "data:\n  _target_: attnlab.data.synthetic.SyntheticDataModule\n"
+        "decode:\n  strategy: greedy\n  top_k: 5\nseed: 1\n"
+    )
+    assert dict(load_run_config(tmp_path, [override]).decode) == decode

@@ -33,6 +33,7 @@ from attnlab.export.mapping import half_split_rows
 from attnlab.generate import load_model
 from attnlab.inference.generation import generate
 from attnlab.model_config import ModelConfig
+from attnlab.models import build_model
 from attnlab.options import DecodeConfig
 from disk_fault import DiskFault
 
@@ -47,6 +48,8 @@ TRAIN = ["trainer.max_steps=60", "trainer.enable_progress_bar=false", "data.batc
 GPT2_BLOCK = ["model=decoder_only", "model.pos=learned", "model.d_model=32", "model.n_heads=4"]
 LLAMA_BLOCK = ["model=decoder_only", "model.norm_type=rmsnorm", "model.pos=rope",
                "model.ffn=swiglu", "model.d_model=32", "model.n_heads=4"]  # fmt: skip
+GEMMA_BLOCK = ["model=decoder_only", "model.norm=sandwich", "model.norm_type=rmsnorm",
+               "model.pos=rope", "model.ffn=geglu", "model.d_model=32", "model.n_heads=4"]
 RUNS = {
     # GPT-2's tanh GELU; attnlab's default √d embedding scale folded in (the tables untied)
     "gpt2": [*GPT2_BLOCK, "model.ffn=gelu_tanh"],
@@ -72,6 +75,17 @@ RUNS = {
                "model.pos=rope", "model.ffn=geglu", "model.d_model=32", "model.n_heads=4",
                "model.n_kv_heads=2", "model.attn_impl=math", "model.attn_softcap=2.0",
                "model.final_softcap=3.0"],  # fmt: skip
+    # Gated DeltaNet in every layer: Qwen3.5's text model, all of its layers linear attention
+    "qwen35": ["model=decoder_only", "model.norm_type=rmsnorm", "model.pos=none",
+               "model.ffn=swiglu", "model.attention=gated_deltanet", "model.bias=false",
+               "model.d_model=32", "model.n_heads=4", "model.delta_chunk=8"],
+    # Gemma 2 with a sliding-window layer then a global one (layer_types), the window biting
+    "gemma2_hybrid": [*GEMMA_BLOCK, "model.attention=hybrid",
+                      "model.layer_pattern=[sliding_window,full]", "model.window=8"],
+    # Gemma 3: query and key norms, RoPE bases 1M global and 100 local (small, so it bites)
+    "gemma3": [*GEMMA_BLOCK, "model.qk_norm=true", "model.n_kv_heads=2",
+               "model.attention=hybrid", "model.layer_pattern=[sliding_window,full]",
+               "model.window=8", "model.rope_theta=1000000", "model.rope_theta_local=100"],
     # a masked LM in BERT's layout: Post-LN, learned positions, the embedding norm
     "bert": ["model=encoder_only", "model.norm=post", "model.pos=learned", "model.ffn=gelu",
              "model.embed_norm=true", "model.d_model=32", "model.n_heads=4"],  # fmt: skip
@@ -156,6 +170,9 @@ def hf_results(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) 
                                            ("llama_geglu", "LlamaForCausalLM"),
                                            ("llama_theta", "LlamaForCausalLM"),
                                            ("gemma2", "Gemma2ForCausalLM"),
+                                           ("qwen35", "Qwen3_5ForCausalLM"),
+                                           ("gemma2_hybrid", "Gemma2ForCausalLM"),
+                                           ("gemma3", "Gemma3ForCausalLM"),
                                            ("bert", "BertModel")])  # fmt: skip
 def test_transformers_computes_the_same_outputs_and_greedy_continuation(
     hf_results: dict, name: str, hf_class: str
@@ -253,6 +270,9 @@ def config_with(**values: object) -> ModelConfig:
         ({"attention": "sigmoid"}, "model.attention=sigmoid"),
         ({"attention": "differential"}, "model.attention=differential"),
         ({"attention": "mamba2", "pos": "none"}, "model.attention=mamba2"),
+        # Qwen3.5's Gated DeltaNet model has no biases
+        ({"attention": "gated_deltanet", "pos": "none", "norm_type": "rmsnorm", "ffn": "swiglu"},
+         "model.bias=true"),
         ({"attention": "mla", "pos": "rope", "norm_type": "rmsnorm", "ffn": "swiglu"},
          "model.attention=mla"),
         ({"pos": "rope", "norm_type": "rmsnorm", "ffn": "swiglu", "attention": "sigmoid"},
@@ -296,6 +316,17 @@ def config_with(**values: object) -> ModelConfig:
          "model.final_softcap=30.0"),  # fmt: skip
         ({"name": "encoder_only", "norm": "post", "embed_norm": True, "attn_impl": "flex",
           "attn_softcap": 50.0}, "model.attn_softcap=50.0"),  # fmt: skip
+        # per-layer kinds: Gemma's layer_types hold a sliding window or full attention only
+        ({**GEMMA, "attention": "hybrid", "layer_pattern": ["longformer", "full"]},
+         "model.layer_pattern's longformer"),
+        ({"pos": "rope", "norm_type": "rmsnorm", "ffn": "swiglu", "attention": "hybrid"},
+         "model.attention=hybrid .it needs full. has no equivalent in LlamaForCausalLM"),
+        ({"name": "encoder_only", "norm": "post", "embed_norm": True, "attention": "hybrid"},
+         "model.attention=hybrid"),  # ModernBERT's class is not mapped
+        # a RoPE base per layer type is Gemma 3's, whose layers norm queries and keys
+        ({**GEMMA, "attention": "hybrid", "rope_theta_local": 10000.0},
+         "model.rope_theta_local=10000.0 is Gemma 3's RoPE base of the local layers, which "
+         "only Gemma3ForCausalLM computes, and model.qk_norm=false"),
     ],
 )
 def test_options_without_an_equivalent_are_refused_by_name(values: dict, named: str) -> None:
@@ -317,8 +348,24 @@ def test_the_two_families_are_chosen_by_their_options() -> None:
     bert = config_with(name="encoder_only", norm="post", embed_norm=True)
     assert choose_mapping(bert, "classification") is BertMapping
     assert choose_mapping(config_with(**GEMMA), "lm").hf_class == "Gemma2ForCausalLM"
+    assert choose_mapping(config_with(**GEMMA, qk_norm=True),
+                          "lm").hf_class == "Gemma3ForCausalLM"  # fmt: skip
     with pytest.raises(ConfigError, match="classification"):
         choose_mapping(config_with(), "classification")
+
+
+@pytest.mark.parametrize("attention,keys,types", [
+    ("full", {}, ["full_attention"] * 3),
+    ("sliding_window", {"window": 8}, ["sliding_attention"] * 3),
+    ("hybrid", {"window": 8, "layer_pattern": ["full", "sliding_window"]},
+     ["full_attention", "sliding_attention", "full_attention"]),
+])  # fmt: skip
+def test_gemma_writes_each_layers_kind_and_the_window(attention: str, keys: dict,
+                                                      types: list[str]) -> None:  # fmt: skip
+    cfg = config_with(**{**GEMMA, "attention": attention, "n_layers": 3, **keys})
+    config = choose_mapping(cfg, "lm")(build_model(cfg)).config()
+    assert config["layer_types"] == types
+    assert config["sliding_window"] == keys.get("window", cfg.max_len)
 
 
 def test_bad_export_commands_get_one_line_and_leave_the_disk_alone(

@@ -27,7 +27,17 @@ from omegaconf import OmegaConf
 from attnlab import train as attnlab_train
 from attnlab.cli.compose import compose_config, validate_overrides
 from composed_runs import compose_run
-from fuzzing import DEFAULT, MANY, captured, one_error_line, time_limit, train_exit, values_for
+from fuzzing import (
+    DEFAULT,
+    MANY,
+    REGISTRY_VALUES,
+    captured,
+    literal,
+    one_error_line,
+    time_limit,
+    train_exit,
+    values_for,
+)
 
 # small data and model, so that an accepted configuration builds (and trains) in seconds
 SMALL = ["data.train_size=32", "data.val_size=8", "data.test_size=8", "data.batch_size=8",
@@ -127,6 +137,35 @@ def test_any_value_of_any_key_is_accepted_or_refused_in_one_line(args: list[str]
 @MANY
 @given(overrides())
 def test_many_values_of_every_key(args: list[str]) -> None:
+    decide([*SMALL, *args])
+
+
+@st.composite
+def hybrids(draw: st.DrawFn) -> list[str]:
+    """model.attention=hybrid with a drawn layer pattern (kinds, kind*count, other text, or
+    a value of any type) and one more of its keys drawn."""
+    kinds = st.sampled_from(REGISTRY_VALUES["model.attention"])
+    entry = st.one_of(kinds, st.builds("{}*{}".format, kinds, st.integers(-1, 3)),
+                      st.text(max_size=6))  # fmt: skip
+    pattern = draw(st.one_of(st.lists(entry, max_size=4).map(literal),
+                             values_for("model.layer_pattern")))  # fmt: skip
+    key = draw(st.sampled_from(["model.window", "model.rope_theta_local", "model.pos",
+                                "model.prefix_lm", "model.attn_softcap"]))  # fmt: skip
+    model = draw(st.sampled_from(["model=decoder_only", "model=encoder_decoder"]))
+    return ["data=reverse", model, "model.attention=hybrid", f"model.layer_pattern={pattern}",
+            f"{key}={draw(values_for(key))}"]  # fmt: skip
+
+
+@DEFAULT
+@given(hybrids())
+def test_any_layer_pattern_is_accepted_or_refused_in_one_line(args: list[str]) -> None:
+    decide([*SMALL, *args])
+
+
+@pytest.mark.slow
+@MANY
+@given(hybrids())
+def test_many_layer_patterns(args: list[str]) -> None:
     decide([*SMALL, *args])
 
 

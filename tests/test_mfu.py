@@ -61,6 +61,12 @@ def counted_training_flops(cfg: ModelConfig, src_len: int, tgt_len: int, batch: 
         ("decoder_only", {"attention": "mla", "pos": "rope", "kv_latent_rank": 12,
                           "q_latent_rank": 20, "rope_head_dim": 6}),
         ("encoder_decoder", {"attention": "mla", "pos": "alibi", "q_latent_rank": 8}),
+        # each layer counted as its own kind
+        ("decoder_only", {"attention": "hybrid", "layer_pattern": ["sigmoid", "full*2"],
+                          "n_layers": 4}),
+        ("encoder_decoder", {"attention": "hybrid", "layer_pattern": ["full", "differential"],
+                             "n_layers": 3}),
+        ("encoder_only", {"attention": "hybrid", "layer_pattern": ["mla", "full"]}),
     ],
 )
 def test_training_flops_match_torch_flop_counter(name: str, overrides: dict) -> None:
@@ -70,15 +76,22 @@ def test_training_flops_match_torch_flop_counter(name: str, overrides: dict) -> 
     assert flops_per_token(cfg, src_len, tgt_len) * (src_len + tgt_len) == pytest.approx(expected)
 
 
+# a token mixer's own sizes, given its chunk length
+MIXER_KEYS = {"mamba2": lambda chunk: {"ssm_state": 8, "ssm_chunk": chunk},
+              "gated_deltanet": lambda chunk: {"delta_chunk": chunk}}  # fmt: skip
+
+
 @pytest.mark.parametrize("chunk", [4, 5, 64], ids=["whole-chunks", "ragged-last-chunk",
                                                 "one-chunk"])  # fmt: skip
-def test_mamba2_training_flops_match_torch_flop_counter(chunk: int) -> None:
-    """The projections, the depthwise conv and the chunked SSD form's matrix products,
-    padding included. torch's counter ignores ``groups`` in a convolution's backward (it
-    counts a depthwise conv's gradients as a dense conv's), so the conv's backward is
-    taken as twice its forward, as for every other product."""
-    cfg = config("decoder_only", attention="mamba2", pos="none", attn_impl="sdpa",
-                 ssm_state=8, ssm_chunk=chunk)  # fmt: skip
+@pytest.mark.parametrize("attention", ["mamba2", "gated_deltanet"])
+def test_mixer_training_flops_match_torch_flop_counter(attention: str, chunk: int) -> None:
+    """The projections, the depthwise conv and the chunked form's matrix products (SSD's;
+    Gated DeltaNet's, its UT transform included), padding included. torch's counter ignores
+    ``groups`` in a convolution's backward (it counts a depthwise conv's gradients as a
+    dense conv's), so the conv's backward is taken as twice its forward, as for every other
+    product."""
+    cfg = config("decoder_only", attention=attention, pos="none", attn_impl="sdpa",
+                 **MIXER_KEYS[attention](chunk))  # fmt: skip
     torch.manual_seed(0)
     model, batch = build_model(cfg), 3
     tokens = torch.randint(6, cfg.vocab_size, (batch, 12))

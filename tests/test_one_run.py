@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
 from attnlab import train as attnlab_train
+from attnlab.cli.launch import HydraCallbacks
 from cli_runs import TINY
 
 
@@ -67,3 +69,32 @@ def test_each_job_of_a_sweep_checks_its_own_composition(
     assert counts["check_config"] == 2 and counts["build_model"] == 2
     assert counts["validated"] == 4
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1"]
+
+
+class Recorder(Callback):
+    """A Hydra callback that notes each event it receives, with its own name."""
+
+    events: list[str] = []
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def on_run_start(self, config: Any, **kwargs: Any) -> None:
+        Recorder.events.append(f"{self.name}:run_start")
+
+    def on_run_end(self, config: Any, **kwargs: Any) -> None:
+        Recorder.events.append(f"{self.name}:run_end")
+
+
+def test_hydra_callbacks_are_instantiated_from_the_config_and_called_in_hydras_order() -> None:
+    target = f"{__name__}.Recorder"
+    cfg = OmegaConf.create({"hydra": {"callbacks": {
+        "first": {"_target_": target, "name": "first"},
+        "second": {"_target_": target, "name": "second"},
+    }}})  # fmt: skip
+    Recorder.events = []
+    callbacks = HydraCallbacks(cfg)
+    callbacks.on_run_start(config=cfg, config_name="config")
+    callbacks.on_run_end(config=cfg, config_name="config", job_return=None)
+    assert Recorder.events == ["first:run_start", "second:run_start",
+                               "second:run_end", "first:run_end"]  # fmt: skip

@@ -44,7 +44,13 @@ VARIANTS = {
     # Mamba-2 is causal only: a decoder-only model of the same data
     "mamba2": ("model=decoder_only", "model.attention=mamba2", "model.pos=none",
                "model.ssm_state=8", "model.ssm_chunk=8"),
+    "gated_deltanet": ("model=decoder_only", "model.attention=gated_deltanet", "model.pos=none",
+                       "model.delta_chunk=8"),
     "mla": ("model.attention=mla", "model.pos=rope", "model.q_latent_rank=8"),
+    # a local and a global layer, each rotated by its own base
+    "hybrid": ("model.attention=hybrid", "model.layer_pattern=[sliding_window,full]",
+               "model.window=4", "model.pos=rope", "model.rope_theta_local=100",
+               "model.n_layers=2"),
     # a mixture of experts whose balancing bias moves each step: a buffer the resume restores
     "moe": ("model.ffn=moe", "model.moe_experts=4", "model.moe_bias_rate=0.05"),
     # each optimiser's state, and a schedule stopped inside its decay
@@ -82,10 +88,12 @@ def _val_losses(run_dir: Path) -> list[float]:
      ("differential", STEPS_PER_EPOCH + 2), ("moe", STEPS_PER_EPOCH + 2),
      ("muon", STEPS_PER_EPOCH + 2), ("lion", STEPS_PER_EPOCH + 2),
      ("adafactor", STEPS_PER_EPOCH + 2), ("wsd", 10),  # wsd: decaying after step 6 of 12
-     ("mamba2", STEPS_PER_EPOCH + 2), ("mla", STEPS_PER_EPOCH + 2)],
+     ("mamba2", STEPS_PER_EPOCH + 2), ("gated_deltanet", STEPS_PER_EPOCH + 2),
+     ("mla", STEPS_PER_EPOCH + 2), ("hybrid", STEPS_PER_EPOCH + 2)],
     ids=["mid-epoch", "epoch-end", "sigmoid-mid-epoch", "differential-mid-epoch",
          "mid-epoch-ffn=moe", "muon-mid-epoch", "lion-mid-epoch", "adafactor-mid-epoch",
-         "wsd-mid-decay", "mamba2-mid-epoch", "mla-mid-epoch"],
+         "wsd-mid-decay", "mamba2-mid-epoch", "gated_deltanet-mid-epoch", "mla-mid-epoch",
+         "hybrid-mid-epoch"],
     indirect=["uninterrupted"],
 )  # fmt: skip
 def test_a_resumed_run_ends_with_the_same_val_loss_as_an_uninterrupted_one(

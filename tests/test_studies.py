@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab import studies
+from attnlab import studies, study_readme
 from attnlab.callbacks.summary import write_summary
 from conftest import REPO_ROOT
 
@@ -137,3 +137,107 @@ def test_bad_input_is_one_line_and_exit_2(
     assert studies.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and message in err and "\n" not in err
+
+
+RESULTS = "| group | val/loss |\n| --- | --- |\n| full | 2.05 ± 0.07071 |\n| linear | 2.3 ± 0.1 |\n"
+
+
+def readme_quoting(tmp_path: Path, quoted: str, results: str = RESULTS) -> Path:
+    """A study folder with results.md and a README whose Results section quotes ``quoted``."""
+    (tmp_path / "results.md").write_text(results)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# s\n\n## Results\n\n<!-- from: results.md -->\n{quoted}<!-- end -->\n")
+    return readme
+
+
+@pytest.mark.parametrize(
+    "quoted",
+    [RESULTS, "| group | val/loss |\n| linear | 2.30 ± 0.10 |\n"],
+    ids=["whole table", "header and one row"],
+)
+def test_a_readme_block_that_agrees_with_its_file_passes(tmp_path: Path, quoted: str) -> None:
+    assert study_readme.readme_differences(readme_quoting(tmp_path, quoted), tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("quoted", "problem"),
+    [
+        (
+            "| full | 2.07 ± 0.07071 |\n",
+            "line 6: '| full | 2.07 ± 0.07071 |' disagrees with results.md: "
+            "'| full | 2.05 ± 0.07071 |'",
+        ),
+        ("| linear | 2.3 ± 0.1 |\n| full | 2.05 ± 0.07071 |\n", "line 7: '| full | 2.05"),
+        ("| sandwich | 2.1 ± 0.1 |\n", "line 6: '| sandwich | 2.1 ± 0.1 |' is not a line of"),
+    ],
+    ids=["a number", "the order", "a row"],
+)
+def test_a_readme_block_that_disagrees_with_its_file_fails_with_one_line(
+    tmp_path: Path, quoted: str, problem: str
+) -> None:
+    (line,) = study_readme.readme_differences(readme_quoting(tmp_path, quoted), tmp_path)
+    assert line.startswith(problem)
+
+
+def test_a_results_table_row_outside_a_block_fails(tmp_path: Path) -> None:
+    readme = readme_quoting(tmp_path, RESULTS)
+    text = readme.read_text() + "\n| hand copy | 2.05 |\n\n## Setup\n\n| lr | 1e-3 |\n"
+    readme.write_text(text)
+    (line,) = study_readme.readme_differences(readme, tmp_path)
+    assert line.startswith("line 12: a table row under Results that quotes no generated file")
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("## Results\n<!-- from: gone.md -->\n| a |\n<!-- end -->\n", "line 2: quotes gone.md"),
+        ("## Results\n<!-- from: results.md -->\n| group | val/loss |\n", "line 2: the block of"),
+    ],
+    ids=["no such file", "no end"],
+)
+def test_a_block_must_name_a_generated_file_and_end(
+    tmp_path: Path, text: str, problem: str
+) -> None:
+    (tmp_path / "results.md").write_text(RESULTS)
+    (tmp_path / "README.md").write_text(text)
+    (line,) = study_readme.readme_differences(tmp_path / "README.md", tmp_path)
+    assert line.startswith(problem)
+
+
+def test_check_fails_on_a_readme_number_that_disagrees_with_the_analysis(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = mini_study(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert studies.main(["mini"]) == 0
+    row = next(line for line in (folder / "results.md").read_text().splitlines() if "full" in line)
+    readme = folder / "README.md"
+    readme.write_text(f"## Results\n\n<!-- from: results.md -->\n{row}\n<!-- end -->\n")
+    assert studies.main(["mini", "--check"]) == 0
+    assert "mini: 2 of 2 files reproduce (README.md, results.md)" in capsys.readouterr().out
+    readme.write_text(readme.read_text().replace("2.05 ±", "2.07 ±"))
+    assert studies.main(["mini", "--check"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("mini/README.md: line 4: ") and "disagrees with results.md" in out[0]
+
+
+@pytest.mark.parametrize(
+    "prose",
+    [
+        "full at 2.05, linear at 2.30 (sd 0.07 and 0.1)",  # as printed, and rounded
+        "over 3 seeds of 400 steps at `lr=1.5e-3`",  # whole numbers and settings
+    ],
+    ids=["quoted numbers", "whole numbers and code"],
+)
+def test_results_prose_may_state_what_its_blocks_show(tmp_path: Path, prose: str) -> None:
+    readme = readme_quoting(tmp_path, RESULTS)
+    readme.write_text(readme.read_text() + f"\n{prose}\n")
+    assert study_readme.readme_differences(readme, tmp_path) == []
+
+
+def test_a_results_number_that_no_block_shows_fails(tmp_path: Path) -> None:
+    readme = readme_quoting(tmp_path, RESULTS)
+    text = readme.read_text() + "\nfull is at 2.04 (hand copied)\n\n## Reading\n\n0.123 is fine\n"
+    readme.write_text(text)
+    (line,) = study_readme.readme_differences(readme, tmp_path)
+    assert line.startswith("line 12: 2.04 is in no block of this Results section")

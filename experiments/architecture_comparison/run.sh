@@ -37,7 +37,9 @@ run_part() {  # name, experiments, metrics, metric for the curves' plot, second 
   done >> "$out"
   "$PY" -m attnlab.compare "$sweep" --by experiment_name --curve-metric "$curve" \
       --plot "$OUT/${name}_${curve//\//_}.png" > /dev/null
-  echo "wrote $out and plots (runs: $sweep)"
+  # the numbers behind that plot: the metric at every validation, mean ± std over seeds
+  "$PY" "$HERE/curve_table.py" "$sweep" --metric "$curve" > "$OUT/curves_${name}.md"
+  echo "wrote $out, curves_${name}.md and plots (runs: $sweep)"
 }
 
 TRANSLATION=(

@@ -73,6 +73,14 @@ BUCKETS="test/bleu_len_01-10 test/bleu_len_11-15 test/bleu_len_16-20 test/bleu_l
 "$PY" -m attnlab.compare "$SWEEP" --by experiment_name --curve-metric val/loss \
   --plot "$OUT/val_loss.png" > /dev/null
 "$PY" "$HERE/time_to_bleu.py" "$SWEEP" --bleu 3 5 10 >> "$OUT/results.md"
+# the validation checks on either side of 245 Transformer steps, the training time of
+# ConvS2S's 400 (0.61 × 400, throughput.md): the equal-time reading
+for step in 199 299; do
+  echo
+  echo "Validation BLEU at step $step (the curves read at that check):"
+  echo
+  "$PY" -m attnlab.compare "$SWEEP" --by experiment_name --metric val/bleu --at step=$step
+done >> "$OUT/results.md"
 "$PY" "$HERE/bleu_by_length_plot.py" "$SWEEP" "$OUT/bleu_by_length.png"
 if measuring; then
   measure throughput.py throughput.md

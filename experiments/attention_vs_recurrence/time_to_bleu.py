@@ -5,7 +5,7 @@
 For each run, the first validation check whose val/bleu reaches the threshold, and the
 training time at that step (``perf/train_s``: steps × the run's mean measured step time,
 validation excluded). Runs that never reach it count as "not reached". Prints a Markdown
-table: mean ± std and a bootstrap 95 % CI over the runs that reached it.
+table: mean ± std and a Student-t 95 % CI of the mean over the runs that reached it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 from attnlab.compare.grouping import group_runs
 from attnlab.compare.report import format_number
 from attnlab.compare.runs import load_runs
-from attnlab.compare.stats import bootstrap_ci
+from attnlab.compare.stats import t_interval
 
 
 def seconds_to(run, threshold: float) -> tuple[float, float] | None:
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     groups = group_runs([r for r in load_runs(args.sweep) if r.completed], ["experiment_name"])
     for threshold in args.bleu:
         print(f"\nTraining time to val/bleu ≥ {threshold:g} (greedy, 256 validation pairs):\n")
-        print("| experiment_name | reached | step | train_s | 95% CI |")
+        print("| experiment_name | reached | step | train_s | train_s 95 % t CI |")
         print("| --- | ---: | --- | --- | --- |")
         for group in groups:
             hits = [h for h in (seconds_to(r, threshold) for r in group.runs) if h is not None]
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             steps, secs = np.array([h[0] for h in hits]), np.array([h[1] for h in hits])
             sd = f" ± {format_number(secs.std(ddof=1))}" if len(secs) > 1 else ""
-            ci = bootstrap_ci(list(secs))
+            ci = t_interval(list(secs))
             ci_text = f"[{format_number(ci[0])}, {format_number(ci[1])}]" if ci else "–"
             print(f"| {name} | {len(hits)}/{len(group.runs)} | {format_number(steps.mean())} | "
                   f"{format_number(secs.mean())}{sd} | {ci_text} |")  # fmt: skip

@@ -42,8 +42,19 @@ fi
 pair() {  # TITLE KEY A_SWEEP B_SWEEP A B PLOT
   echo "## $1"
   echo
+  # the table over all 12 runs of each block and the fits; not its test (dropped with the
+  # warning about it), which would pool four widths that share their seeds
   "$PY" -m attnlab.compare "$3" "$4" --by "$2" --metric val/loss params --fit \
-    --multiplier "$5" "$6" --plot "$OUT/$7"
+    --multiplier "$5" "$6" --plot "$OUT/$7" 2> >(grep -v '^warning: a test pools' >&2) \
+    | grep -v '^Welch\|^In each line'
+  echo "A against B at each width (3 seeds a side), Holm over the four widths:"
+  echo
+  local width tests=()
+  for width in 32 64 128 256; do
+    tests+=(--vs "$2=$5 model.d_model=$width" "$2=$6 model.d_model=$width")
+  done
+  "$PY" -m attnlab.compare "$3" "$4" --by "$2" model.d_model --metric val/loss "${tests[@]}" \
+    | grep '^Welch\|^In each line'
   echo
 }
 {
@@ -56,6 +67,8 @@ pair() {  # TITLE KEY A_SWEEP B_SWEEP A B PLOT
   pair "The modern block (RMSNorm + RoPE + SwiGLU) against the GPT-2 block" model.norm_type \
     "$GPT2" "$MODERN" layernorm rmsnorm frontier_modern_gpt2.png
 } 2>&1 | grep -v '^wrote ' > "$OUT/results.md"
+# the gate's numbers: nanoGPT's loss and the baseline trained longer (runs/gate_longer)
+"$PY" "$HERE/gate.py" "$RUNS" > "$OUT/gate.md"
 per_width() {  # NAME SWEEP
   echo "### $1"
   echo

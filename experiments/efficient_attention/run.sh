@@ -57,6 +57,9 @@ fi
   "$PY" -m attnlab.compare "$LM_KV" "$LM" --filter model.attention=full --by model.n_kv_heads \
     --vs-best --metric val/loss tokens_per_sec params
 } > "$OUT/results.md"
+# the gates' numbers from runs/gate: nanoGPT's LM loss; the MQAR long run, where that gate
+# would be met
+"$PY" "$HERE/gates.py" "$RUNS/gate" > "$OUT/gate.md"
 "$PY" -m attnlab.compare "$LM" --by model.attention --curve-metric val/loss \
   --plot "$OUT/lm_val_loss.png" > /dev/null
 "$PY" -m attnlab.compare "$MQAR" --by model.attention --curve-metric val/acc \

@@ -31,25 +31,29 @@ fi
 BY=(--by model.norm optim.warmup_steps optim.lr)
 "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --metric test/bleu val/bleu val/loss test/loss \
     --vs-best --plot "$OUT/val_loss.png" > "$OUT/results.md"
-{  # the same tests on val/loss; Pre-LN against Post-LN over all six settings
+{  # the same tests on val/loss
   "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --metric val/loss --vs-best | grep '^Welch'
-  echo
-  "$PY" -m attnlab.compare "$SWEEP" --by model.norm --metric test/bleu val/loss --vs pre post
-  # planned comparisons at each peak rate, Holm over the nine of each metric: warmup against
-  # none for Post-LN and for Pre-LN, and Pre-LN against Post-LN without warmup
-  PLANNED=()
+  # two families of planned comparisons per metric, each Holm over its six tests: warmup
+  # against none for Post-LN and for Pre-LN at each peak rate; Pre-LN against Post-LN in
+  # each of the six settings (one test per setting, never pooled over settings that share
+  # seeds)
+  setting() { echo "model.norm=$1 optim.warmup_steps=$2 optim.lr=$3"; }
+  WARMUP=() NORM=()
   for lr in 0.0005 0.001 0.002; do
     for norm in post pre; do
-      PLANNED+=(--vs "model.norm=$norm optim.warmup_steps=50 optim.lr=$lr"
-                     "model.norm=$norm optim.warmup_steps=0 optim.lr=$lr")
+      WARMUP+=(--vs "$(setting "$norm" 50 "$lr")" "$(setting "$norm" 0 "$lr")")
     done
-    PLANNED+=(--vs "model.norm=pre optim.warmup_steps=0 optim.lr=$lr"
-                   "model.norm=post optim.warmup_steps=0 optim.lr=$lr")
+    for warmup in 0 50; do
+      NORM+=(--vs "$(setting pre "$warmup" "$lr")" "$(setting post "$warmup" "$lr")")
+    done
   done
-  for metric in test/bleu val/loss; do
+  planned() {  # METRIC --vs A B ...: the tests and the legend that says Holm over them
     echo
-    "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --metric "$metric" "${PLANNED[@]}" \
-      | grep '^Welch\|^In each line'
+    "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --metric "$@" | grep '^Welch\|^In each line'
+  }
+  for metric in test/bleu val/loss; do
+    planned "$metric" "${WARMUP[@]}"
+    planned "$metric" "${NORM[@]}"
   done
   # §3.3: the gradient ratio at initialisation and during training (read from metrics.csv)
   echo

@@ -1,11 +1,13 @@
-"""The private Lightning and Hydra APIs attnlab uses: each where no public one does the job.
+"""The private Lightning APIs attnlab uses: each where no public one does the job.
 
-Everything else attnlab asks of Lightning and Hydra goes through their public modules. Each
-function here names the private thing it reaches, why, and the release it was checked
-against (:data:`CHECKED_AGAINST`); ``tests/test_compat.py`` runs each one against the
-installed libraries, so a release that moves one fails there with the shim's name. The caps
-in ``pyproject.toml`` (``lightning<2.7``, ``hydra-core<1.4``) are here for these shims: to
-lift one, run that test file against the new release and mend what it names.
+Everything else attnlab asks of Lightning, and all it asks of Hydra, goes through their
+public modules. Each function here names the private thing it reaches, why, and the release
+it was checked against (:data:`CHECKED_AGAINST`); ``tests/test_compat.py`` runs each one
+against the installed libraries, so a release that moves one fails there with the shim's
+name. The caps in ``pyproject.toml`` are here for these shims (``lightning<2.7``) and for
+the Hydra behaviour ``cli/launch.py`` reproduces with Hydra's public pieces (``hydra-core<1.4``:
+``Hydra.run``'s order of callbacks around its job runner, ``tests/test_one_run.py``): to
+lift one, run those test files against the new release and mend what they name.
 """
 
 from __future__ import annotations
@@ -87,15 +89,3 @@ def started_wandb_run(logger: Any) -> Any:
     Private: ``WandbLogger._experiment`` (Lightning 2.6.6), where the logger keeps its run.
     """
     return logger._experiment
-
-
-def hydra_callbacks(cfg: Any) -> Any:
-    """Hydra's callbacks of a composed config (``hydra.callbacks``), instantiated and called
-    in Hydra's order, for ``hydra.core.utils.run_job``'s ``HydraContext``.
-
-    Private: ``hydra._internal.callbacks.Callbacks`` (hydra-core 1.3.8), the class Hydra's
-    own ``Hydra.run`` builds; ``HydraContext`` expects one and no public module offers it.
-    """
-    from hydra._internal.callbacks import Callbacks
-
-    return Callbacks(cfg)

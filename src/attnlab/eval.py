@@ -161,7 +161,12 @@ def write_result(run_dir: Path, record: dict[str, Any], split: str) -> Path:
 
 
 def run(argv: list[str]) -> int:
-    from attnlab.cli.checkpoints import load_run_config, locate_run, parse_arguments
+    from attnlab.cli.checkpoints import (
+        config_overrides,
+        load_run_config,
+        locate_run,
+        parse_arguments,
+    )
 
     options, overrides = parse_arguments(argv, OPTIONS)
     split = str(options["split"])
@@ -172,7 +177,7 @@ def run(argv: list[str]) -> int:
         raise ConfigError("by_length=… reports test BLEU; use it with split=test (the default)")
     run_dir, ckpt = locate_run(options["run_dir"], options["ckpt_path"])
     to_wandb = wants_wandb(options["wandb"], run_dir)
-    cfg = load_run_config(run_dir, overrides)
+    cfg = load_run_config(run_dir, config_overrides(argv, OPTIONS))
     print(f"checkpoint: {ckpt}", flush=True)
     lightning_log = logging.getLogger("lightning.pytorch")
     level = lightning_log.level

@@ -186,7 +186,12 @@ def check_length(model: Any, task: str, inputs: Any, decode: Any, explicit: bool
 
 
 def run(argv: list[str]) -> int:
-    from attnlab.cli.checkpoints import load_run_config, locate_run, parse_arguments
+    from attnlab.cli.checkpoints import (
+        config_overrides,
+        load_run_config,
+        locate_run,
+        parse_arguments,
+    )
 
     options, overrides = parse_arguments(argv, OPTIONS)
     other = [f"{k}={v}" for k, v in overrides if not k.lstrip("+").startswith("decode.")]
@@ -198,7 +203,7 @@ def run(argv: list[str]) -> int:
     num_samples = _integer("num_samples", options["num_samples"], 1)
     prompts = read_prompts(options["prompt"], options["prompt_file"])
     run_dir, ckpt = locate_run(options["run_dir"], options["ckpt_path"])
-    cfg = load_run_config(run_dir, overrides)
+    cfg = load_run_config(run_dir, config_overrides(argv, OPTIONS))
     decode = decode_config(cfg, options)
     if num_samples > 1 and decode.strategy != "sample":
         raise ConfigError(

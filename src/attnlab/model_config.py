@@ -193,6 +193,7 @@ def resolve(values: dict[str, Any], strict: bool = True) -> dict[str, Any]:
         family = FAMILIES[key]
         chosen[key] = family.get(given.get(key, arch.defaults.get(key, family.default))).name  # type: ignore[attr-defined]
     parts = [arch, *arch.parts, *(FAMILIES[k].get(chosen[k]) for k in arch.families)]  # type: ignore[attr-defined]
+    parts += [also for part in parts for also in part.also_reads(given)]
     reads = {key: declared for part in parts for key, declared in part.keys.items()}
     unread = [key for key in given if key not in reads and key not in chosen]
     if strict and unread:  # a key that chooses a component says the most: named first
@@ -229,4 +230,6 @@ def not_read(key: str, value: Any, chosen: dict[str, str]) -> str:
             if family_key in chosen:
                 instead = f"model.{family_key}={chosen[family_key]}"
     fix = "remove it" if instead.startswith("model=") else "remove it, or choose one of those"
+    if chosen.get("attention") == "hybrid" and instead == "model.attention=hybrid":
+        instead, fix = "the kinds of model.layer_pattern", "remove it, or name one of those there"
     return (f"model.{key}={shown} applies to {' and '.join(readers)}, not {instead}; {fix}")

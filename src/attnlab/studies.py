@@ -3,7 +3,9 @@
 Usage:
     attnlab-reproduce STUDY --check        the analysis from the committed raw runs, into a
                                            temporary folder, compared with the committed
-                                           tables and plots (exit 1 where they differ)
+                                           tables and plots and with the README's quoted
+                                           results (exit 1 where they differ;
+                                           attnlab.study_readme)
     attnlab-reproduce STUDY                the same analysis, written into the study's folder
     attnlab-reproduce STUDY --train [-- OVERRIDE ...]
                                            rerun the study's training sweeps (its run.sh),
@@ -30,7 +32,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -39,12 +40,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from attnlab.errors import UserError
+from attnlab.study_tables import table_differences
 
 RUNS = "runs"
 PROVENANCE = "provenance.json"
 RAW_FILES = ("summary.json", "metrics.csv")
 PIXEL_LEVEL, PIXEL_SHARE = 16, 0.001  # a pixel differs: a channel by > 16/255; ≤ 0.1 % may
-NUMBER = re.compile(r"-?\d+(?:\.(\d+))?(?:[eE]([-+]?\d+))?")
 
 
 def studies_root() -> Path:
@@ -156,40 +157,6 @@ def cpu_name() -> str:
 # ---- comparing outputs ------------------------------------------------------------------
 
 
-def _tokens(text: str) -> tuple[list[str], list[str]]:
-    """The text between numbers (spacing and table rules normalised) and the numbers."""
-    text = re.sub(r"-{3,}", "---", text)
-    numbers = [m.group(0) for m in NUMBER.finditer(text)]
-    words = [" ".join(part.split()) for part in NUMBER.split(text)[:: 3]]
-    return words, numbers
-
-
-def _unit(number: str) -> float:
-    """One unit of the last printed digit: 0.001 for 2.010, 1e-6 for 1.2e-05, 0 for 42."""
-    m = NUMBER.fullmatch(number)
-    assert m is not None
-    decimals, exponent = len(m.group(1) or ""), int(m.group(2) or 0)
-    if not decimals and not m.group(2):
-        return 0.0
-    return 10.0 ** (exponent - decimals)
-
-
-def table_differences(expected: str, produced: str) -> list[str]:
-    """Where ``produced`` differs from ``expected`` beyond the tolerance (one line each)."""
-    words_e, numbers_e = _tokens(expected)
-    words_p, numbers_p = _tokens(produced)
-    if words_e != words_p or len(numbers_e) != len(numbers_p):
-        for line_e, line_p in zip(expected.splitlines(), produced.splitlines(), strict=False):
-            if _tokens(line_e)[0] != _tokens(line_p)[0]:
-                return [f"text differs: {line_e.strip()!r} vs {line_p.strip()!r}"]
-        return ["a different number of lines or numbers"]
-    out = []
-    for a, b in zip(numbers_e, numbers_p, strict=True):
-        if abs(float(a) - float(b)) > _unit(a) * 1.000001:
-            out.append(f"{a} vs {b}")
-    return out
-
-
 def image_differences(expected: Path, produced: Path) -> list[str]:
     import numpy as np
     from PIL import Image
@@ -243,11 +210,19 @@ def run_study(folder: Path, out: Path, *, train: bool, measure: bool, extra: lis
 
 
 def check(folder: Path) -> bool:
+    from attnlab.study_readme import readme_differences
+
     with tempfile.TemporaryDirectory(prefix=f"attnlab-reproduce-{folder.name}-") as tmp:
         run_study(folder, Path(tmp), train=False, measure=False, extra=[])
         report = differences(folder, Path(tmp))
+        readme = folder / "README.md"
+        if readme.is_file():
+            report[readme.name] = readme_differences(readme, Path(tmp))
     failed = {name: problems for name, problems in report.items() if problems}
     for name, problems in failed.items():
+        if name == "README.md":  # one line each: <study>/README.md: line 12: …
+            print("\n".join(f"{folder.name}/{name}: {problem}" for problem in problems))
+            continue
         shown = problems[:5] + ([f"… {len(problems) - 5} more"] if len(problems) > 5 else [])
         print(f"{folder.name}/{name}: " + "; ".join(shown))
     ok = sorted(set(report) - set(failed))

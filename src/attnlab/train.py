@@ -12,7 +12,6 @@ import functools
 import os
 import signal
 import sys
-from pathlib import Path
 from typing import Any
 
 from attnlab.cli.common import (
@@ -24,24 +23,21 @@ from attnlab.cli.common import (
     user_errors,
 )
 
-HYDRA_FLAGS_WITHOUT_CHECK = (
-    "--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--shell-completion",
-)  # fmt: skip
-
 # Jobs of a joblib or submitit sweep run in other processes, which import this module to
 # unpickle run_job; the config's resolvers must exist there before Hydra resolves it.
 register_resolvers()
 
 
-def run_job(cfg: Any, checked: Any = None) -> float | None:
-    """One training run inside Hydra: always leaves summary.json in the run directory.
-    ``checked``: the ModelConfig the pre-flight check of this very config returned."""
+def run_job(cfg: Any) -> float | None:
+    """One training run inside Hydra: always leaves summary.json in the run directory."""
     from hydra.core.hydra_config import HydraConfig
 
     from attnlab.cli.console import log_to_file
+    from attnlab.cli.hydra_callbacks import PreFlight
     from attnlab.cli.run import RunRecord
     from attnlab.cli.rundir import is_primary_process
 
+    checked = PreFlight.checked  # a single run's, checked as it started; a sweep's job: None
     record = RunRecord(cfg, HydraConfig.get(), checked)
     # Lightning's console handler must bind to the real stderr, not to this run's tee
     import lightning.pytorch  # noqa: F401
@@ -60,11 +56,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _sets_mode(overrides: list[str]) -> bool:
-    """``hydra.mode=…`` on the command line: Hydra's own app decides how to run."""
-    return any(o.lstrip("+~").startswith("hydra.mode") for o in overrides)
-
-
 # Hydra runs in one of these modes; it refuses two at once with a traceback
 HYDRA_MODES = {"-m": "--multirun", "--multirun": "--multirun", "-r": "--run", "--run": "--run",
                "-c": "--cfg", "--cfg": "--cfg", "-i": "--info", "--info": "--info",
@@ -72,16 +63,17 @@ HYDRA_MODES = {"-m": "--multirun", "--multirun": "--multirun", "-r": "--run", "-
 
 
 def _split(argv: list[str]) -> tuple[list[str], bool, bool]:
-    """(overrides, multirun?, has other Hydra flags?); two modes at once end in one line."""
+    """(overrides, multirun?, other Hydra flags than -r?); two modes at once end in one line."""
     from attnlab.cli.common import fail
 
     modes = sorted({HYDRA_MODES[a.split("=")[0]] for a in argv if a.split("=")[0] in HYDRA_MODES})
     if len(modes) > 1:
         fail(f"{' and '.join(modes)} cannot be combined: Hydra runs one of them at a time "
              "(--cfg and --info show one run's config: drop -m and give one value per key)")
-    multirun = any(a in ("-m", "--multirun") for a in argv)
-    flags = any(a.split("=")[0] in HYDRA_FLAGS_WITHOUT_CHECK for a in argv)
     overrides = [a for a in argv if not a.startswith("-")]
+    multirun = any(a in ("-m", "--multirun") for a in argv) or any(
+        o.lstrip("+").replace(" ", "") == "hydra.mode=MULTIRUN" for o in overrides)
+    flags = any(a.startswith("-") and a not in ("-m", "--multirun", "-r", "--run") for a in argv)
     return overrides, multirun, flags
 
 
@@ -97,48 +89,39 @@ def _cleared_on_refusal() -> Any:
         raise
 
 
-def _composed_once(one: Any, overrides: list[str]) -> tuple[list[str], Any, Any]:
-    """A single run's overrides, config and checked ModelConfig: composed and checked once,
-    or once more when ``ckpt_path=last`` found its run (then with that run's directory)."""
-    from attnlab.cli.compose import check_values, resume_overrides, split_sweeps
+def _composed_once(one: Any, overrides: list[str]) -> list[str]:
+    """A single run's overrides, composed once, or once more when ``ckpt_path=last`` found
+    its run (then with that run's directory and last.ckpt)."""
+    from attnlab.cli.compose import resume_overrides, split_sweeps
 
     split_sweeps(overrides, multirun=False)
-    cfg = one.compose(overrides)
-    checked = check_values(cfg, this_machine=True)
-    resumed = resume_overrides(cfg, overrides)
+    resumed = resume_overrides(one.compose(overrides), overrides)
     if resumed != overrides:
-        cfg = one.compose(resumed)
-        checked = check_values(cfg, this_machine=True)
-    return resumed, cfg, checked
+        one.compose(resumed)
+    return resumed
 
 
-def _claim_run_dirs(cfg: Any, overrides: list[str], multirun: bool) -> Path:
-    """Refuse run directories the run may not write (a finished run, a resume that does not
-    match, a sweep to plan); return where the run's files go."""
-    from attnlab.cli.resume_sweep import plan_sweep
-    from attnlab.cli.rundir import check_run_dirs, explicit_dir
-
-    resuming = cfg.get("ckpt_path") not in (None, "") or bool(cfg.get("resume"))
-    if cfg.get("resume"):
-        plan_sweep(overrides, multirun)
-    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    log_dir = explicit_dir(overrides, key) or Path(str(cfg.paths.log_dir)).absolute()
-    check_run_dirs(overrides, multirun, resuming, bool(cfg.get("overwrite")),
-                   str(cfg.paths.log_dir))  # fmt: skip
-    return log_dir
-
-
-def _launch(app: Any, argv: list[str], log_dir: Path | None) -> None:
-    """Run ``app`` with ``argv`` as the process's arguments (Hydra reads them there)."""
+def _launch(app: Any, argv: list[str], where: Any, check: list[str] | None = None) -> None:
+    """Run ``app`` with ``argv`` as the process's arguments: ``hydra.main`` reads them there
+    only. ``where()``: the folder the run's files go to, named by a full disk's error;
+    ``check``: a sweep's overrides, checked again to name what Hydra refused to compose."""
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
 
+    from attnlab.cli.compose import validate_overrides
     from attnlab.cli.rundir import release_all
 
     saved_argv = sys.argv
     sys.argv = [saved_argv[0] if saved_argv else "attnlab-train", *argv]
     try:
-        with hydra_errors(log_dir):
-            app()
+        with hydra_errors(where):
+            try:
+                app()
+            except (HydraException, OmegaConfBaseException):
+                if check is not None:  # the user's mistake ends in one line, exit code 2
+                    validate_overrides(check, multirun=True)
+                raise  # else Hydra's own report
     finally:
         sys.argv = saved_argv
         GlobalHydra.instance().clear()  # so main() can be called again in one process
@@ -167,9 +150,9 @@ def _leave(signum: int, frame: object) -> None:
 def _main(argv: list[str] | None) -> int:
     import hydra
 
-    from attnlab.cli.compose import quote_non_ascii, resume_overrides, validate_overrides
+    from attnlab.cli.compose import quote_non_ascii
+    from attnlab.cli.hydra_callbacks import PreFlight, SweepStatus
     from attnlab.cli.launch import OneComposition
-    from attnlab.cli.sweep import SweepStatus
 
     quiet_environment()
     register_resolvers()
@@ -181,6 +164,7 @@ def _main(argv: list[str] | None) -> int:
         return 0
     with user_errors():
         argv = torchrun_run_dir(argv)
+        conf = str(config_dir())
     overrides, multirun, flags = _split(argv)
     if "--help" in argv or "-h" in argv:
         from attnlab.cli.help import help_text
@@ -188,30 +172,16 @@ def _main(argv: list[str] | None) -> int:
         with user_errors():
             print(help_text(config_dir(), overrides))
         return 0
-    log_dir = None  # where the run's files go, named when a full disk's error names no file
-    one = None  # a single run without Hydra flags: composed once, checked once
-    with user_errors(), _cleared_on_refusal():
-        conf = str(config_dir())
-        if not multirun and overrides == argv and not _sets_mode(overrides):
-            one = OneComposition(conf)
-            overrides, cfg, checked = _composed_once(one, overrides)
-            argv = overrides
-        elif not flags:
-            # a sweep launched to a cluster runs elsewhere: its jobs check their machine
-            local = not any(o.startswith("hydra/launcher=") and ("slurm" in o or "submitit" in o)
-                            for o in overrides)  # fmt: skip
-            cfg = validate_overrides(overrides, multirun, this_machine=local)
-            if not multirun:
-                overrides = resume_overrides(cfg, overrides)
-                argv = [a for a in argv if a.startswith("-")] + overrides
-        if not flags:
-            log_dir = _claim_run_dirs(cfg, overrides, multirun)
-    SweepStatus.failed = []
-    if one is not None:
-        app = functools.partial(one.run, functools.partial(run_job, checked=checked))
-    else:
+    SweepStatus.failed, PreFlight.checked, PreFlight.log_dir = [], None, None
+    if multirun or flags:  # Hydra's own app: a sweep, --cfg, --info…
         app = hydra.main(config_path=conf, config_name="config", version_base="1.3")(run_job)
-    _launch(app, argv, log_dir)
+        argv = sorted(argv, key=lambda a: a not in ("-m", "--multirun"))  # argparse: -m first
+        _launch(app, argv, lambda: PreFlight.log_dir, overrides if multirun else None)
+    else:  # a single run: composed once, run as Hydra runs it (PreFlight checks it first)
+        with user_errors(), _cleared_on_refusal():
+            one = OneComposition(conf)
+            overrides = _composed_once(one, overrides)
+        _launch(functools.partial(one.run, run_job), overrides, lambda: PreFlight.log_dir)
     return 1 if SweepStatus.failed else 0
 
 

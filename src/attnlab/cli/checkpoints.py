@@ -10,6 +10,7 @@ that names the file and the fix.
 from __future__ import annotations
 
 import pickle
+import re
 import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+from omegaconf.errors import OmegaConfBaseException
 
 from attnlab.cli.common import register_resolvers
 from attnlab.errors import CheckpointError, ConfigError
@@ -27,6 +28,7 @@ CONFIG_FILE = Path(".hydra") / "config.yaml"
 # evaluation and generation build neither loggers nor callbacks
 RUNTIME_ONLY = ("logger", "callbacks", "hydra")
 _ABSENT = object()
+SAVED_RUN = "attnlab_saved_run"  # the ConfigStore name the saved config is composed from
 
 
 def parse_arguments(
@@ -273,8 +275,17 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def load_run_config(run_dir: Path, overrides: Iterable[tuple[str, Any]]) -> DictConfig:
-    """The run's saved ``.hydra/config.yaml`` with ``(key, value)`` overrides merged on top.
+def config_overrides(argv: Iterable[str], options: Mapping[str, Any]) -> list[str]:
+    """The arguments of ``argv`` that override the run's config (not this command's
+    ``options``), as Hydra override lines."""
+    from attnlab.cli.compose import quote_non_ascii
+
+    return [a for a in quote_non_ascii(list(argv)) if a.partition("=")[0] not in options]
+
+
+def load_run_config(run_dir: Path, overrides: Iterable[str]) -> DictConfig:
+    """The run's saved ``.hydra/config.yaml`` with Hydra ``overrides`` on top, composed by
+    Hydra's ``compose`` as ``attnlab-train`` composes its own.
 
     Every ``_target_`` in the file is checked against attnlab's allowlist first,
     before anything is imported or built (:mod:`attnlab.cli.targets`). An override
@@ -286,40 +297,62 @@ def load_run_config(run_dir: Path, overrides: Iterable[tuple[str, Any]]) -> Dict
     register_resolvers()
     path = run_dir / CONFIG_FILE
     try:
-        cfg = OmegaConf.load(path)
+        saved = OmegaConf.load(path)
     except (OSError, OmegaConfBaseException, ValueError, yaml.YAMLError) as exc:
         reason = " ".join(str(exc).split())[:200]
         raise CheckpointError(
             f"{path} is not a readable config ({reason}); restore it from the run's copy or retrain"
         ) from None
-    if not isinstance(cfg, DictConfig):
+    if not isinstance(saved, DictConfig):
         raise CheckpointError(f"{path} is not a config mapping; restore it or retrain")
-    check_targets(cfg, str(path))
+    check_targets(saved, str(path))
     for key in RUNTIME_ONLY:
-        cfg.pop(key, None)
-    drop_unread_model_keys(cfg)
-    for key, value in overrides:
-        adding = key.startswith("+")
-        key = key.lstrip("+")
-        try:  # a key the run left unset (???) is a key too
-            current = OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=True)
-        except MissingMandatoryValue:
-            current = None
-        if current is _ABSENT and not adding:
-            raise ConfigError(
-                f"{key} is not a key of {path}; check the spelling (or write +{key}=… to add it)"
-            )
-        if isinstance(current, DictConfig):
-            raise ConfigError(
-                f"{key}={value} would replace the whole '{key}' group of the run's config; "
-                f"override single keys instead, e.g. {key}.<name>=<value>"
-            )
-        try:
-            OmegaConf.update(cfg, key, value, merge=True, force_add=adding)
-        except OmegaConfBaseException as exc:
-            raise ConfigError(f"{key}={value}: {' '.join(str(exc).split())}") from None
+        saved.pop(key, None)
+    drop_unread_model_keys(saved)
+    cfg = compose_saved(saved, list(overrides), path)
     check_targets(cfg, "the command line")
-    return cfg  # type: ignore[return-value]
+    return cfg
+
+
+def compose_saved(saved: DictConfig, overrides: list[str], path: Path) -> DictConfig:
+    """``saved`` with ``overrides`` applied by Hydra's ``compose`` (from the ConfigStore, the
+    file already read); ``+key`` adds a key or sets one the run has, as ``++key`` does."""
+    from hydra import compose, initialize
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+
+    from attnlab.cli.compose import parse_overrides
+
+    lines = []
+    for override in parse_overrides(overrides):
+        key = override.key_or_group
+        node = OmegaConf.select(saved, key, default=None, throw_on_missing=False)
+        if key.split(".")[0] in RUNTIME_ONLY:
+            raise ConfigError(f"{key} is not a key of {path}; evaluation builds no loggers, "
+                              "callbacks or Hydra run: drop it")  # fmt: skip
+        if isinstance(node, DictConfig) and not override.is_delete():
+            raise ConfigError(
+                f"{override.input_line} would replace the whole '{key}' group of the run's "
+                f"config; override single keys instead, e.g. {key}.<name>=<value>"
+            )
+        lines.append(f"+{override.input_line}" if override.is_add() else override.input_line)
+    ConfigStore.instance().store(name=SAVED_RUN, node=saved)
+    GlobalHydra.instance().clear()
+    try:
+        with initialize(version_base="1.3"):
+            cfg = compose(SAVED_RUN, lines)
+    except (HydraException, OmegaConfBaseException) as exc:
+        found = re.search(r"Could not override '([^']+)'", str(exc))
+        if found:
+            key = found.group(1)
+            raise ConfigError(f"{key} is not a key of {path}; check the spelling (or write "
+                              f"+{key}=… to add it)") from None  # fmt: skip
+        raise ConfigError(f"{' '.join(str(exc).split())}; fix that override") from None
+    finally:
+        GlobalHydra.instance().clear()
+    OmegaConf.set_struct(cfg, False)  # the pipeline fills in what the run left unset
+    return cfg
 
 
 def drop_unread_model_keys(cfg: DictConfig) -> None:

@@ -96,10 +96,10 @@ def user_errors(folder: str | Path | None = None, fix: str | None = None) -> Ite
 
 
 @contextlib.contextmanager
-def hydra_errors(folder: str | Path | None = None) -> Iterator[None]:
+def hydra_errors(where: Callable[[], str | Path | None]) -> Iterator[None]:
     """Around a Hydra app: a write of Hydra's own that fails for want of space or permission
-    (``.hydra/config.yaml`` in the run directory, ``folder``) ends in one ``error:`` line,
-    exit code 2.
+    (``.hydra/config.yaml`` in the run directory, ``where()``: known once the run's directory
+    is claimed) ends in one ``error:`` line, exit code 2.
 
     Hydra prints any exception escaping a run as a traceback and exits 1, unless
     ``HYDRA_FULL_ERROR`` is set, when it lets the exception through; so it is set here,
@@ -115,7 +115,7 @@ def hydra_errors(folder: str | Path | None = None) -> Iterator[None]:
     except Exception as exc:
         from hydra.errors import CompactHydraException
 
-        message = disk_error(exc, folder) if isinstance(exc, OSError) else None
+        message = disk_error(exc, where()) if isinstance(exc, OSError) else None
         if message is not None:
             fail(message)
         if asked:

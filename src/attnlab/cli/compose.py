@@ -151,15 +151,27 @@ def check_values(cfg: DictConfig, source: str = "the command line",
         fail(str(exc))
 
 
+def parse_overrides(overrides: list[str]) -> list[Any]:
+    """Hydra's ``Override`` of each line; a line the grammar refuses is a ConfigError."""
+    from attnlab.errors import ConfigError
+
+    try:
+        return OverridesParser.create().parse_overrides(overrides)
+    except HydraException as exc:
+        raise ConfigError(f"{_one_line(exc)}; {GRAMMAR_HINT}") from None
+
+
 def split_sweeps(
     overrides: list[str], multirun: bool
 ) -> tuple[list[str], list[tuple[str, list[str]]]]:
     """(the fixed overrides, [(swept key, its values)]); a list of values without -m, or a
     line the override grammar refuses, ends in one line."""
+    from attnlab.errors import ConfigError
+
     try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
-    except HydraException as exc:
-        fail(f"{_one_line(exc)}; {GRAMMAR_HINT}")
+        parsed = parse_overrides(overrides)
+    except ConfigError as exc:
+        fail(str(exc))
     fixed, sweeps = [], []
     for override in parsed:
         if override.is_sweep_override():

@@ -1,22 +1,24 @@
 """A single run composed once: the config the pre-flight checks read is the one the job runs on.
 
-``hydra.main`` composes an app's config itself (twice: once to read ``hydra.mode``, once to
-run), after attnlab's pre-flight composition has checked it and the run directory. For a
-single run on the command line (no ``-m``, no Hydra flag, no ``hydra.mode``)
+``hydra.main`` composes an app's config twice (``Hydra.get_mode`` to read ``hydra.mode``,
+then ``Hydra.run``), and reads its arguments from ``sys.argv`` only. For a single run on
+the command line (no ``-m``, no Hydra flag but ``-r``)
 :class:`OneComposition` makes that one composition with Hydra's own node, the way
 ``hydra.main`` would (the same config directory, job name, version base, ``hydra.mode=RUN``
 and Hydra's logging), and runs the job on it as ``Hydra.run`` does (``run_job`` between
-the callbacks' ``on_run_start`` and ``on_run_end``): Hydra's callbacks, ``.hydra/`` files, job
-logging and output directory are Hydra's. Sweeps keep ``hydra.main``: the sweeper
-composes each job's config from its overrides.
+the callbacks' ``on_run_start``, where
+:class:`attnlab.cli.hydra_callbacks.PreFlight` checks it, and ``on_run_end``): Hydra's
+callbacks, ``.hydra/`` files, job logging and output directory are Hydra's. Sweeps keep
+``hydra.main``: the sweeper composes each job's config from its overrides.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 JOB_NAME = "train"  # hydra.job.name, as hydra.main names attnlab.train's jobs
 CONFIG_NAME = "config"
@@ -56,11 +58,9 @@ class OneComposition:
         from hydra.core.utils import run_job
         from hydra.types import HydraContext
 
-        from attnlab.compat import hydra_callbacks
-
         cfg = self.cfg
         assert cfg is not None, "compose() first"
-        callbacks = hydra_callbacks(cfg)
+        callbacks = HydraCallbacks(cfg)
         callbacks.on_run_start(config=cfg, config_name=CONFIG_NAME)
         loader = GlobalHydra.instance().config_loader()
         ret = run_job(
@@ -73,3 +73,37 @@ class OneComposition:
         )
         callbacks.on_run_end(config=cfg, config_name=CONFIG_NAME, job_return=ret)
         return ret.return_value  # re-raises the job's exception
+
+
+class HydraCallbacks:
+    """Hydra's callbacks of a composed config (``hydra.callbacks``), built with Hydra's
+    ``instantiate`` and called as ``Hydra.run`` calls them, for ``run_job``'s
+    ``HydraContext``: in order, the ends in reverse, an exception a warning (a callback
+    that must stop the run raises SystemExit, as
+    :class:`attnlab.cli.hydra_callbacks.PreFlight` does)."""
+
+    def __init__(self, cfg: DictConfig) -> None:
+        from hydra.utils import instantiate
+
+        found = OmegaConf.select(cfg, "hydra.callbacks") or {}
+        self.callbacks = [instantiate(params) for params in found.values()]
+
+    def _notify(self, name: str, reverse: bool = False, **kwargs: Any) -> None:
+        for callback in reversed(self.callbacks) if reverse else self.callbacks:
+            try:
+                getattr(callback, name)(**kwargs)
+            except Exception as exc:
+                warnings.warn(f"Callback {type(callback).__name__}.{name} raised "
+                              f"{type(exc).__name__}: {exc}", stacklevel=2)  # fmt: skip
+
+    def on_run_start(self, **kwargs: Any) -> None:
+        self._notify("on_run_start", **kwargs)
+
+    def on_job_start(self, **kwargs: Any) -> None:
+        self._notify("on_job_start", **kwargs)
+
+    def on_job_end(self, **kwargs: Any) -> None:
+        self._notify("on_job_end", reverse=True, **kwargs)
+
+    def on_run_end(self, **kwargs: Any) -> None:
+        self._notify("on_run_end", reverse=True, **kwargs)

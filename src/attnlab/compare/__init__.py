@@ -38,6 +38,7 @@ from .stats import (
     metric_values,
     resolve_group,
     summarize,
+    t_interval,
 )
 
 __all__ = [
@@ -74,6 +75,7 @@ __all__ = [
     "resolve_group",
     "seeds_for_power",
     "summarize",
+    "t_interval",
     "varying_keys",
     "welch",
     "welch_power",

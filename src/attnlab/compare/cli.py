@@ -17,7 +17,14 @@ from .pairwise import compare_pairs
 from .plot import PLOT_FORMATS, plot_curves, plot_format
 from .report import FORMATS, comparison_legend, format_comparison, format_table, metric_labels
 from .runs import Run, load_runs
-from .stats import choose_metrics, lower_is_better, metric_values, resolve_group, summarize
+from .stats import (
+    choose_metrics,
+    lower_is_better,
+    metric_values,
+    pooled_seeds_warning,
+    resolve_group,
+    summarize,
+)
 
 EPILOG = """\
 examples:
@@ -37,7 +44,7 @@ Runs are grouped by the overrides that vary across them (seed excluded), or by
 --by config keys; --filter KEY=VALUE keeps the runs with that setting. W&B runs
 (--wandb) are grouped the same way; a metric W&B summarises (val/loss: the
 minimum over validations) says so in its header. Means, sample stds, 95%
-bootstrap CIs of the mean (and, from 5 runs, median and IQM) use completed runs
+Student-t CIs of the mean (and, from 5 runs, median and IQM) use completed runs
 only. With exactly two groups, with --vs, --vs-best (the best group against
 each other one) or --all-pairs, each pair gets a line below the table (on
 stderr with --format csv, latex or json, so stdout is one table to paste or
@@ -228,10 +235,10 @@ def _load(args: argparse.Namespace) -> list[Run]:
     return runs
 
 
-def _welch_lines(
+def _test_pairs(
     groups: Sequence[Group], rows: Sequence[dict[str, Any]], metric: str, args: argparse.Namespace
-) -> list[str]:
-    """The tests to print: --vs, --vs-best, --all-pairs, or the pair when there are two groups."""
+) -> list[tuple[Group, Group]]:
+    """The pairs to test: --vs, --vs-best, --all-pairs, or the pair when there are two groups."""
     if args.vs:
         pairs = []
         for queries in args.vs:
@@ -239,17 +246,19 @@ def _welch_lines(
             if a is b:
                 raise UserError(f"--vs {' '.join(queries)} names the same group ({a.label}) twice")
             pairs.append((a, b))
-    elif args.vs_best:
+        return pairs
+    if args.vs_best:
         best = [g for g, row in zip(groups, rows, strict=True) if row["best"]]
         if not best:
             raise UserError(f"--vs-best needs two groups with a value of {metric}; check the runs")
-        pairs = [(best[0], g) for g in groups if g is not best[0]]
-    elif args.all_pairs:
-        pairs = [(a, b) for i, a in enumerate(groups) for b in groups[i + 1 :]]
-    elif len(groups) == 2:
-        pairs = [(groups[0], groups[1])]
-    else:
-        return []
+        return [(best[0], g) for g in groups if g is not best[0]]
+    if args.all_pairs:
+        return [(a, b) for i, a in enumerate(groups) for b in groups[i + 1 :]]
+    return [(groups[0], groups[1])] if len(groups) == 2 else []
+
+
+def _welch_lines(pairs: Sequence[tuple[Group, Group]], metric: str) -> list[str]:
+    """Each pair's test line and the legend below them."""
     values = [
         (a.label, metric_values(a, metric), b.label, metric_values(b, metric)) for a, b in pairs
     ]
@@ -342,7 +351,8 @@ def run(argv: Sequence[str] | None = None) -> None:
     rows = summarize(groups, metrics)
     labels = metric_labels(runs, metrics)
     table = format_table(rows, list(groups[0].settings), metrics, args.format, labels)
-    lines = _welch_lines(groups, rows, metrics[0], args) if metrics else []
+    pairs = _test_pairs(groups, rows, metrics[0], args) if metrics else []
+    lines = _welch_lines(pairs, metrics[0]) if pairs else []
     if args.fit:  # before printing, so a mistake never leaves half an answer
         from .scaling import report as scaling_report
 
@@ -353,8 +363,9 @@ def run(argv: Sequence[str] | None = None) -> None:
         lines = [*lines, *([""] if lines else []), *fitted]
     elif args.plot:
         plot_curves(groups, args.curve_metric, args.plot, args.x)
-    warning = _few_runs_warning(groups, metrics[0]) if metrics else None
-    if warning:
+    warnings = [_few_runs_warning(groups, metrics[0]) if metrics else None]
+    warnings.append(pooled_seeds_warning(pairs) if lines else None)
+    for warning in filter(None, warnings):
         print(warning, file=sys.stderr)
     if any("bleu" in m for m in metrics):
         signatures = sorted({r.bleu_signature for r in runs if r.bleu_signature})

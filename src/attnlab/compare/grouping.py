@@ -90,6 +90,8 @@ def format_value(value: Any) -> str:
         return str(value).lower()
     if value is None:
         return "null"
+    if isinstance(value, list):  # model.layer_pattern=[sliding_window*5,full]
+        return "[" + ",".join(format_value(v) for v in value) + "]"
     return str(value)
 
 

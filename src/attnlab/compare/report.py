@@ -16,6 +16,7 @@ from .runs import Run
 from .stats import CONFIDENCE, ROBUST_FROM, is_reach, lower_is_better
 
 BEST = "★"
+CI_LABEL = f"{CONFIDENCE * 100:.0f} % t CI"  # the header of each metric's interval column
 FORMATS = ("md", "csv", "latex", "json")
 
 
@@ -49,7 +50,7 @@ def _metric_columns(
     rows: Sequence[dict[str, Any]], metric: str, label: str
 ) -> list[tuple[str, Any]]:
     """(header, cell function) per column of ``metric``: mean ± std, CI, median and IQM."""
-    ci = f"{label} {CONFIDENCE:.0%} CI"
+    ci = f"{label} {CI_LABEL}"
     columns = [(label, lambda r: _cell(r, metric)), (ci, lambda r: _ci_cell(r, metric))]
     if any(r[f"{metric}_median"] is not None for r in rows):  # some group has ROBUST_FROM runs
         columns += [
@@ -128,8 +129,7 @@ def _cells(
 def _legend(rows: Sequence[dict[str, Any]], metrics: Sequence[str], header: Sequence[str]) -> str:
     legend = "mean ± std (sample std, ddof=1) over completed runs; failed counts every run "
     legend += "that did not complete (diverged included). "
-    legend += f"{CONFIDENCE:.0%} CI: bootstrap CI of the mean (BCa, 9999 resamples, seed 0; "
-    legend += "percentile below 3 runs)."
+    legend += f"{CI_LABEL}: Student-t interval of the mean, mean ± t_{{0.975, n−1}}·std/√n."
     if any(name.endswith(" IQM") for name in header):
         legend += f" Median and IQM (mean of the middle 50 %): groups of ≥ {ROBUST_FROM} runs."
     if metrics and any(r["best"] for r in rows):
@@ -273,7 +273,8 @@ def comparison_legend(comparisons: Sequence[Comparison]) -> str:
     legend += (
         "Hedges' g: (mean A − mean B) / pooled SD, small-sample corrected; "
         "P(A better): share of run pairs where A's run is better, ties ½; "
-        "A − B: the difference of the means, with Welch's 95% CI (not Holm-adjusted); "
+        "A − B: the difference of the means, with its Welch t 95% CI "
+        "(Welch–Satterthwaite df, as the test; not Holm-adjusted); "
         "seeds: runs per group for which Welch's test would reach power "
         f"{POWER:g} at α={ALPHA:g} if the observed means and SDs held."
     )

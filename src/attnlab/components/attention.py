@@ -181,47 +181,81 @@ class DifferentialAttentionConfig(AttentionKindConfig):
             )
 
 
-@ATTENTION_KINDS.declare
-class Mamba2Config(AttentionKindConfig):
-    """Mamba-2's SSD layer, a selective state-space token mixer in the attention slot:
-    h_t = exp(Δ_t·A)·h_{t−1} + Δ_t·x_t B_tᵀ, y_t = h_t C_t + D·x_t, chunked for training,
-    a constant-size state for decoding (Dao & Gu 2024, "Transformers are SSMs", §6–7)."""
+class MixerConfig(AttentionKindConfig):
+    """Base of the kinds that are a whole token mixer, a recurrence with a state of its own:
+    causal, no cross-attention, no positions, and none of softmax attention's keys.
+    ``refusals``: why this mixer does not take model.n_kv_heads and model.qk_norm."""
 
-    name, builds, mixer = "mamba2", "attnlab.nn.mamba2:Mamba2Mixer", True
-    keys = {
-        "ssm_state": Key(128, int, positive, "mamba2: state size N of each head"),
-        "ssm_conv": Key(4, int, positive, "mamba2: kernel of the causal depthwise conv1d"),
-        "ssm_expand": Key(2, int, positive, "mamba2: d_inner = ssm_expand·d_model, in "
-                          "model.n_heads heads"),
-        "ssm_chunk": Key(256, int, positive, "mamba2: tokens per chunk of the SSD "
-                         "block decomposition (training and prompts)"),
-    }  # fmt: skip
+    mixer = True
+    refusals = {"n_kv_heads": "it has no keys or values", "qk_norm": "it has no queries or keys"}
 
     @classmethod
     def check(cls, cfg: ModelKeys) -> None:
         """Causal, no cross-attention, no positions, and none of softmax attention's keys."""
+        kind = f"model.attention={cls.name}"
         if not cfg.architecture.causal:
-            raise ConfigError(f"model.attention=mamba2 is causal only and model={cfg.name} is "
-                              "bidirectional; use model=decoder_only")  # fmt: skip
+            raise ConfigError(f"{kind} is causal only and model={cfg.name} is bidirectional; "
+                              "use model=decoder_only")  # fmt: skip
         if cfg.name == "encoder_decoder":
-            raise ConfigError("model.attention=mamba2 has no cross-attention and model="
-                              "encoder_decoder's encoder is bidirectional; use "
-                              "model=decoder_only")  # fmt: skip
+            raise ConfigError(f"{kind} has no cross-attention and model=encoder_decoder's "
+                              "encoder is bidirectional; use model=decoder_only")  # fmt: skip
+        # in a hybrid these keys are the attention layers' (model.layer_pattern): not refused
+        alone = cfg.get("layer_pattern") is None
         refused = [  # (key, refused?, the fix, why)
-            ("pos", cfg.pos != "none", "none", "a recurrence orders the tokens itself"),
-            ("n_kv_heads", cfg.n_kv_heads is not None, "null", "it has no keys or values"),
-            ("qk_norm", cfg.qk_norm, "false", "it has no queries or keys"),
-            ("attn_dropout", cfg.attn_dropout > 0, "0.0", "it has no attention weights"),
-            ("attn_impl", cfg.attn_impl != "sdpa", "sdpa", "it has no softmax"),
+            ("pos", alone and cfg.pos != "none", "none", "a recurrence orders the tokens itself"),
+            ("n_kv_heads", alone and cfg.n_kv_heads is not None, "null",
+             cls.refusals["n_kv_heads"]),
+            ("qk_norm", alone and cfg.qk_norm, "false", cls.refusals["qk_norm"]),
+            ("attn_dropout", alone and cfg.attn_dropout > 0, "0.0", "it has no attention weights"),
+            ("attn_impl", alone and cfg.attn_impl != "sdpa", "sdpa", "it has no softmax"),
             ("param", cfg.get("param") == "mup", "sp", "μP scales softmax logits"),
-        ]
+        ]  # fmt: skip
         for key, wrong, fix, why in refused:
             if wrong:
                 value = cfg.get(key)
                 shown = "null" if value is None else value  # qk_norm: true, not True
                 shown = str(shown).lower() if isinstance(shown, bool) else shown
-                raise ConfigError(f"model.attention=mamba2 does not take model.{key}={shown} "
-                                  f"({why}); set model.{key}={fix}")  # fmt: skip
+                raise ConfigError(f"{kind} does not take model.{key}={shown} ({why}); set "
+                                  f"model.{key}={fix}")  # fmt: skip
+
+
+SSM_CONV = Key(4, int, positive, "mamba2, gated_deltanet: kernel of the causal depthwise conv1d")
+SSM_EXPAND = Key(2, int, positive, "mamba2: d_inner = ssm_expand·d_model, in model.n_heads "
+                 "heads; gated_deltanet: d_v = ssm_expand·d_k")  # fmt: skip
+
+
+@ATTENTION_KINDS.declare
+class Mamba2Config(MixerConfig):
+    """Mamba-2's SSD layer, a selective state-space token mixer in the attention slot:
+    h_t = exp(Δ_t·A)·h_{t−1} + Δ_t·x_t B_tᵀ, y_t = h_t C_t + D·x_t, chunked for training,
+    a constant-size state for decoding (Dao & Gu 2024, "Transformers are SSMs", §6–7)."""
+
+    name, builds = "mamba2", "attnlab.nn.mamba2:Mamba2Mixer"
+    keys = {
+        "ssm_state": Key(128, int, positive, "mamba2: state size N of each head"),
+        "ssm_conv": SSM_CONV,
+        "ssm_expand": SSM_EXPAND,
+        "ssm_chunk": Key(256, int, positive, "mamba2: tokens per chunk of the SSD "
+                         "block decomposition (training and prompts)"),
+    }  # fmt: skip
+
+
+@ATTENTION_KINDS.declare
+class GatedDeltaNetConfig(MixerConfig):
+    """Gated DeltaNet, a linear-RNN token mixer in the attention slot: the gated delta rule
+    S_t = S_{t−1}(α_t(I − β_t k_t k_tᵀ)) + β_t v_t k_tᵀ, o_t = S_t q_t, chunked (the WY
+    representation) for training, a constant-size state for decoding (Yang et al. 2025,
+    "Gated Delta Networks: Improving Mamba2 with Delta Rule", §3)."""
+
+    name, builds = "gated_deltanet", "attnlab.nn.gated_deltanet:GatedDeltaNetMixer"
+    refusals = {"n_kv_heads": "its keys and values have one head per query head",
+                "qk_norm": "it L2-normalises its queries and keys itself"}  # fmt: skip
+    keys = {
+        "ssm_conv": SSM_CONV,
+        "ssm_expand": SSM_EXPAND,
+        "delta_chunk": Key(64, int, positive, "gated_deltanet: tokens per chunk of the "
+                           "chunked (WY) form (training and prompts)"),
+    }  # fmt: skip
 
 
 def even_or_null(key: str, value: Any) -> None:
@@ -284,6 +318,112 @@ class MultiHeadLatentAttentionConfig(AttentionKindConfig):
                 f"model.attention=mla rotates d_head/2 = {cfg.d_head // 2} dimensions by "
                 "default, an odd number; set an even model.rope_head_dim"
             )
+
+
+# model.attention=hybrid --------------------------------------------------------------------
+def pattern_rule(key: str, value: Any) -> None:
+    """A non-empty list of kinds, each ``name`` or ``name*count`` (count ≥ 1)."""
+    if not isinstance(value, list | tuple) or not value:
+        raise ConfigError(f"model.{key}={value} must be a non-empty list of attention kinds, "
+                          "e.g. [sliding_window*5,full]")  # fmt: skip
+    for entry in value:
+        pattern_entry(key, entry)
+
+
+def pattern_entry(key: str, entry: Any) -> tuple[str, int]:
+    """``"sliding_window*5"`` → ("sliding_window", 5); a kind that is no layer's refused."""
+    name, _, count = str(entry).partition("*")
+    if count and not (count.isdigit() and int(count) > 0):
+        raise ConfigError(f"model.{key} entry {entry} must be a kind or kind*count with a "
+                          "count >= 1, e.g. sliding_window*5")  # fmt: skip
+    if name == HybridConfig.name or name not in ATTENTION_KINDS:
+        kinds = [n for n in ATTENTION_KINDS.names() if n != HybridConfig.name]
+        raise ConfigError(f"model.{key} entry {entry} is not an attention kind a layer can "
+                          f"have; use one of: {', '.join(kinds)}")  # fmt: skip
+    return name, int(count or 1)
+
+
+def expand_pattern(pattern: Any) -> list[str]:
+    """``[sliding_window*5, full]`` → the six kinds, one a layer."""
+    return [name for entry in pattern for name, count in [pattern_entry("layer_pattern", entry)]
+            for _ in range(count)]  # fmt: skip
+
+
+def layer_kinds(cfg: ModelKeys, n_layers: int) -> list[str]:
+    """The attention kind of each of ``n_layers`` layers: ``model.attention``, or with
+    ``hybrid`` the pattern repeated and cut at n_layers (as Gemma 3's ``layer_types``)."""
+    if cfg.attention != HybridConfig.name:
+        return [cfg.attention] * n_layers
+    kinds = expand_pattern(cfg.layer_pattern)
+    return [kinds[i % len(kinds)] for i in range(n_layers)]
+
+
+def reads_window(kind: str) -> bool:
+    """A local kind: one whose config reads ``model.window`` (sliding_window, longformer)."""
+    return "window" in ATTENTION_KINDS.get(kind).keys
+
+
+@ATTENTION_KINDS.declare
+class HybridConfig(AttentionKindConfig):
+    """Each layer its own kind: layer l takes layer_pattern[l mod p] — Gemma 3's five local
+    (sliding-window) layers to one global, RoPE θ 10k local and 1M global (Gemma Team 2025,
+    "Gemma 3 Technical Report", §2), ModernBERT's global layer every third, local window
+    128, θ 10k local and 160k global (Warner et al. 2024, §2.1 "Alternating Attention"),
+    or a mixer per layer (Jamba's Mamba and attention layers, Lieber et al. 2024).
+
+    ``layer_pattern`` lists the kinds, ``name*count`` repeating one; each entry is checked as
+    ``model.attention`` would be, with the keys of every kind it names. ``rope_theta_local``:
+    the RoPE base of the local layers (a kind that reads ``model.window``), ``rope_theta``
+    the others'. A decoding cache keeps the last ``window`` keys of a local layer and every
+    key of a global one (:mod:`attnlab.inference.caches`)."""
+
+    name, builds = "hybrid", "attnlab.models.stack:LayerPattern"
+    # each layer's own kind is checked (a decoder's causality, the soft-cap) and built
+    sparse, softcap_ok = False, True
+    keys = {
+        "layer_pattern": Key(["sliding_window*5", "full"], list[str], pattern_rule,
+                             "hybrid: the kind of each layer, repeated to n_layers; "
+                             "name*count repeats one (Gemma 3: [sliding_window*5,full])",
+                             cite="Gemma Team 2025, Gemma 3 §2; Warner et al. 2024 "
+                             "(ModernBERT) §2.1"),
+        "rope_theta_local": Key(None, float | None, positive_number_or_null,
+                                "hybrid, pos=rope: the RoPE base of the local (windowed) "
+                                "layers; null: model.rope_theta (Gemma 3: 10000, rope_theta "
+                                "1000000)", cite="Gemma Team 2025, Gemma 3 §2"),
+    }  # fmt: skip
+
+    @classmethod
+    def also_reads(cls, given: dict[str, Any]) -> list[type[ComponentConfig]]:
+        """The kinds the pattern names: their keys are this model's too."""
+        pattern = given.get("layer_pattern", cls.keys["layer_pattern"].default)
+        if not isinstance(pattern, list | tuple):
+            return []  # its type is refused when the keys are checked
+        return [ATTENTION_KINDS.get(name) for name in dict.fromkeys(expand_pattern(pattern))]
+
+    @classmethod
+    def check(cls, cfg: ModelKeys) -> None:
+        """Every kind of the pattern as ``model.attention`` (the rules between components
+        and its own check); θ_local with RoPE and a local layer only."""
+        kinds = list(dict.fromkeys(expand_pattern(cfg.layer_pattern)))
+        for kind in kinds:
+            try:  # the whole model as if every layer had this kind
+                cfg.replace(attention=kind).validated()  # type: ignore[attr-defined]
+            except ConfigError as refusal:
+                raise ConfigError(f"model.layer_pattern has {kind}: {refusal}") from None
+        if "mla" in kinds and cfg.pos == "rope" and len(kinds) > 1:
+            raise ConfigError("model.layer_pattern mixes mla, which rotates its own decoupled "
+                              "dimensions, with kinds that rotate whole heads; use "
+                              "model.pos=none, or mla in every layer")  # fmt: skip
+        theta = cfg.rope_theta_local
+        if theta is not None and cfg.pos != "rope":
+            raise ConfigError(f"model.rope_theta_local={theta} is a RoPE base and model.pos="
+                              f"{cfg.pos} rotates nothing; set model.pos=rope or "
+                              "model.rope_theta_local=null")  # fmt: skip
+        if theta is not None and not any(reads_window(kind) for kind in kinds):
+            raise ConfigError(f"model.rope_theta_local={theta} sets the RoPE base of the local "
+                              f"layers and model.layer_pattern={list(cfg.layer_pattern)} has "
+                              "none (sliding_window, longformer); add one or set "
+                              "model.rope_theta_local=null")  # fmt: skip
 
 
 # model.attn_impl ---------------------------------------------------------------------------

@@ -88,6 +88,12 @@ class ComponentConfig:
         """Raise ConfigError for values of the model this component cannot take."""
 
     @classmethod
+    def also_reads(cls, given: dict[str, Any]) -> list[type[ComponentConfig]]:
+        """Further components whose keys the model reads, given the values set (the kinds a
+        hybrid's ``model.layer_pattern`` names); none by default."""
+        return []
+
+    @classmethod
     def summary(cls) -> str:
         """The docstring's first paragraph on one line: the equation or the paper."""
         doc = (cls.__doc__ or "").strip().split("\n\n")[0]

@@ -72,11 +72,13 @@ class DeepNormConfig(ResidualConfig):
     def check(cls, cfg: ModelKeys) -> None:
         """DeepNet's init sets the very matrices ``model.zero_init_residual`` zeroes, its gains
         are for attention's W_V and W_O, which a Mamba-2 mixer has not, and for W_Q, W_K,
-        W_V, which multi-head latent attention does not have."""
-        if cfg.get("attention") == "mamba2":
+        W_V, which multi-head latent attention does not have; a token mixer (Mamba-2, Gated
+        DeltaNet) has projections of its own that DeepNet's gains were not derived for."""
+        if cfg.get("attention") in ("mamba2", "gated_deltanet"):
             raise ConfigError(
                 "model.norm=deepnorm initialises attention's W_V and W_O with its gain β (Wang "
-                "et al. 2022) and model.attention=mamba2 has neither; use model.norm=pre"
+                f"et al. 2022) and model.attention={cfg.get('attention')} is a token mixer "
+                "without them; use model.norm=pre"
             )
         if cfg.get("zero_init_residual"):
             raise ConfigError(

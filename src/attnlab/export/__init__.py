@@ -124,8 +124,9 @@ def write_hf(folder: Path, model: Any, task: str, tokenizer: Any) -> tuple[str, 
     _write_json(folder / "tokenizer_config.json", tokenizer_config(model.cfg.max_len))
     from attnlab.inference.generation import NEVER_GENERATED
 
-    # attnlab's decoding never emits <pad>, <bos> or <mask>: suppress them here too
-    ids = {k: config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    # attnlab's decoding never emits <pad>, <bos> or <mask>: suppress them here too; a class
+    # whose cache cannot decode this model (Qwen3.5 with no softmax layer) generates without
+    ids = {k: config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id", "use_cache")}
     suppressed = {"suppress_tokens": list(NEVER_GENERATED)}
     _write_json(folder / "generation_config.json", {**ids, **suppressed})
     return hf_class, notes

@@ -15,7 +15,15 @@ and compare logits and greedy generation.
   Llama's class computes attnlab's Pre-LN model with nothing folded.)
 * :class:`~attnlab.export.gemma.Gemma2Mapping` ``decoder_only`` with sandwich RMSNorm, RoPE
   and GEGLU → ``Gemma2ForCausalLM`` (Gemma Team 2024), the one class with logit soft-capping
-  (``model.attn_softcap``, ``model.final_softcap``), so the only target of either.
+  (``model.attn_softcap``, ``model.final_softcap``), so the only target of either; a
+  sliding window per layer (``model.attention=sliding_window``, or ``hybrid`` whose
+  ``model.layer_pattern`` has sliding_window and full layers: ``layer_types``).
+* :class:`~attnlab.export.gemma.Gemma3Mapping` the same with ``model.qk_norm=true`` →
+  ``Gemma3ForCausalLM`` (Gemma Team 2025), and the one target of ``model.rope_theta_local``
+  (``rope_parameters`` per layer type: 1M global, 10k local in Gemma 3).
+* :class:`~attnlab.export.qwen.Qwen35Mapping` ``decoder_only`` with Pre-LN RMSNorm,
+  ``model.attention=gated_deltanet`` and SwiGLU, no biases → ``Qwen3_5ForCausalLM``, every
+  layer a Gated DeltaNet one.
 * :class:`BertMapping`  ``encoder_only`` with Post-LN LayerNorm, learned positions and the
   embedding norm (``model.embed_norm=true``) → ``BertModel`` (Devlin et al. 2019), the
   encoder's states; attnlab's heads (a bare projection for the masked LM, a mean pool for
@@ -44,7 +52,7 @@ import torch
 from torch import Tensor
 
 from attnlab.errors import ConfigError
-from attnlab.export.gemma import Gemma2Mapping
+from attnlab.export.gemma import Gemma2Mapping, Gemma3Mapping
 from attnlab.export.mapping import (
     NO_SOFTCAP,
     Mapping,
@@ -56,6 +64,7 @@ from attnlab.export.mapping import (
     gated_mlp,
     rotary_attention,
 )
+from attnlab.export.qwen import Qwen35Mapping
 from attnlab.model_config import ModelConfig
 from attnlab.special_tokens import PAD
 
@@ -230,7 +239,8 @@ class BertMapping(Mapping):
         return self.model.encoder.layers
 
 
-MAPPINGS: tuple[type[Mapping], ...] = (GPT2Mapping, LlamaMapping, BertMapping, Gemma2Mapping)
+MAPPINGS: tuple[type[Mapping], ...] = (GPT2Mapping, LlamaMapping, BertMapping, Gemma2Mapping,
+                                        Gemma3Mapping, Qwen35Mapping)
 # what makes a decoder "Llama-like": a mismatch is then reported against Llama, not GPT-2
 LLAMA_SIGNS = {"norm_type": ("rmsnorm",), "pos": ("rope",), "ffn": tuple(GATES)}
 GEMMA_SIGNS = {"ffn": "geglu", "norm": "sandwich"}  # both, or either soft-cap
@@ -267,21 +277,30 @@ def choose_mapping(cfg: ModelConfig, task: str) -> type[Mapping]:
             f"format=hf exports language models; this run was trained on {task} data, whose "
             "classification head has no counterpart in a causal-LM class: use format=native"
         )
+    if cfg.get("attention") == "gated_deltanet":
+        return _checked(Qwen35Mapping, cfg)
     capped = [k for k in NO_SOFTCAP if cfg.get(k) is not None]
+    theta_local = cfg.get("rope_theta_local")
+    if theta_local is not None:  # a RoPE base per layer type: Gemma 3's alone
+        why = (f"model.rope_theta_local={theta_local} is Gemma 3's RoPE base of the local "
+               "layers, which only Gemma3ForCausalLM computes, and ")
+        return _checked(Gemma3Mapping, cfg, why)
     if capped or all(cfg.get(k) == v for k, v in GEMMA_SIGNS.items()):
-        return _checked(Gemma2Mapping, cfg, capped)
+        gemma = Gemma3Mapping if cfg.qk_norm else Gemma2Mapping  # Gemma 3 norms q and k
+        why = ""
+        if capped:  # say why this class: the soft-cap is never exported as something else
+            why = (f"model.{capped[0]}={_shown(cfg.get(capped[0]))} is Gemma 2's logit "
+                   f"soft-capping, which only {gemma.hf_class} computes, and ")  # fmt: skip
+        return _checked(gemma, cfg, why)
     llama_like = any(getattr(cfg, k) in v for k, v in LLAMA_SIGNS.items())
     return _checked(LlamaMapping if llama_like else GPT2Mapping, cfg)
 
 
-def _checked(mapping: type[Mapping], cfg: ModelConfig, capped: list[str] | None = None
-             ) -> type[Mapping]:  # fmt: skip
+def _checked(mapping: type[Mapping], cfg: ModelConfig, why: str = "") -> type[Mapping]:
+    """``mapping`` where it computes ``cfg`` exactly; else the first option it cannot, and
+    ``why`` this class was the one to ask."""
     problem = mapping.mismatch(cfg)
     if problem is not None:
-        why = ""
-        if capped:  # say why this class: the soft-cap is never exported as something else
-            why = (f"model.{capped[0]}={_shown(cfg.get(capped[0]))} is Gemma 2's logit "
-                   f"soft-capping, which only {mapping.hf_class} computes, and ")  # fmt: skip
         raise ConfigError(
             f"format=hf: {why}{problem} has no equivalent in {mapping.hf_class}; export a "
             "model with that option as listed, or use format=native"

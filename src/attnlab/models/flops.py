@@ -44,12 +44,25 @@ model FLOPs, as MFU counts them (PaLM, App. B) — per ``model.attention``:
   heads), (C Bᵀ ∘ L)X, each chunk's state X Bᵀ, the states passed across the n + 1 chunk
   boundaries (a (n + 1)² product, n = ⌈T/Q⌉) and the entering state read out by C.
   Exponentials, cumulative sums and the gated norm are elementwise and not counted.
+* ``gated_deltanet``: the mixer in place of W_Q … W_O and attention
+  (:func:`gated_deltanet_flops`): its projections, the depthwise conv1d, and the matrix
+  products of the chunked form as computed by the PyTorch form (Yang et al. 2025, §3.2),
+  padding included — K Kᵀ and Q Kᵀ within each chunk, the UT transform's m = ⌈log₂ Q⌉
+  products with [β V, βγ K] and its m − 1 squarings (2·Q³ each), the within-chunk outputs,
+  and at each of the n − 1 chunk boundaries the state passed on (Eᵀ K), the values it
+  changes (W Sᵀ) and its read-out (Q Sᵀ); training starts from no state and needs no final
+  one. flash-linear-attention's kernel computes the inverse otherwise, which is not
+  counted.
+* ``hybrid``: each layer as its own kind (``model.layer_pattern``): Gemma 3's 5:1 pattern
+  over T tokens scores 5 windows of w keys a query and one of all T, per six layers.
 """
 
 from __future__ import annotations
 
 import functools
+from collections import Counter
 
+from attnlab.components.attention import layer_kinds
 from attnlab.model_config import ModelConfig
 
 _MASK_ELEMENTS = 2**22  # mask entries built at a time when counting a pattern's pairs
@@ -85,7 +98,8 @@ def attended_pairs(cfg: ModelConfig, length: int, causal: bool) -> int:
         return _window_pairs(length, cfg.window, n_global, causal)
     if cfg.attention == "bigbird":
         return _bigbird_pairs(length, cfg.attn_block, cfg.n_random, causal, kind.seed)
-    return _mask_count(kind, tuple(cfg.to_dict().items()), causal, length)
+    items = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in cfg.to_dict().items())
+    return _mask_count(kind, items, causal, length)  # (a hybrid's pattern is a list)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -160,6 +174,25 @@ def mamba2_flops(cfg: ModelConfig, length: int) -> int:
     return length * (projections + 2 * cfg.ssm_conv * conv_channels) + within + across
 
 
+def gated_deltanet_flops(cfg: ModelConfig, length: int) -> int:
+    """Forward FLOPs of one Gated DeltaNet mixer over ``length`` tokens
+    (:mod:`attnlab.nn.gated_deltanet`): the projections, the conv and the chunked form's
+    matrix products (per chunk and head: K Kᵀ, Q Kᵀ, the UT transform and the within-chunk
+    outputs; three state products per chunk boundary)."""
+    d, H = cfg.d_model, cfg.n_heads
+    dk = d // H
+    dv = cfg.ssm_expand * dk
+    conv_channels = 2 * d + H * dv  # (q, k, v)
+    projections = 2 * d * (conv_channels + H * dv + 2 * H) + 2 * H * dv * d
+    Q = min(cfg.delta_chunk, length)
+    n, m = -(-length // Q), (Q - 1).bit_length()
+    ut = m * 2 * Q * Q * (dk + dv) + max(m - 1, 0) * 2 * Q**3  # T·[βV, βγK]; N², N⁴, …
+    within = 2 * 2 * Q * Q * dk + ut + 2 * Q * Q * dv  # K Kᵀ, Q Kᵀ; T; (Q Kᵀ ∘ Γ) E
+    across = 3 * 2 * Q * dk * dv  # W Sᵀ, Q Sᵀ and Eᵀ K at each of the n − 1 boundaries
+    mixing = H * (n * within + (n - 1) * across)
+    return length * (projections + 2 * cfg.ssm_conv * conv_channels) + mixing
+
+
 def self_attention_projection_flops(cfg: ModelConfig) -> int:
     """Per token: W_Q, W_K, W_V, W_O; for mla W^DKV, W^UK, W^UV, W^KR, (W^DQ,) W^UQ, W^QR
     and W^O (DeepSeek-V2, eq. 9–19), each token's latent up-projected once."""
@@ -183,13 +216,18 @@ def transformer_flops(
     ``causal``: the self-attention is masked (a decoder's). None: decoder layers are those
     with cross-attention and all of decoder_only's; others (encoders, ViT) are bidirectional.
     """
+    if causal is None:
+        causal = memory_len > 0 or cfg.name == "decoder_only"
+    if cfg.attention == "hybrid":  # each layer counted as its own kind
+        kinds = Counter(layer_kinds(cfg, layers))
+        return sum(transformer_flops(cfg.replace(attention=kind), length, n, memory_len, causal)
+                   for kind, n in kinds.items())  # fmt: skip
     d = cfg.d_model
     d_kv = (cfg.n_kv_heads or cfg.n_heads) * (d // cfg.n_heads)  # K/V width (GQA: narrower)
     projections = self_attention_projection_flops(cfg)
-    if causal is None:
-        causal = memory_len > 0 or cfg.name == "decoder_only"
-    if cfg.attention == "mamba2":
-        per_layer = length * ffn_flops(cfg) + mamba2_flops(cfg, length)
+    mixer = {"mamba2": mamba2_flops, "gated_deltanet": gated_deltanet_flops}.get(cfg.attention)
+    if mixer is not None:  # a token mixer in place of W_Q … W_O and attention
+        per_layer = length * ffn_flops(cfg) + mixer(cfg, length)
     else:
         per_layer = length * (projections + ffn_flops(cfg)) + attention_flops(cfg, length, causal)
     total = layers * per_layer

@@ -9,7 +9,6 @@ from torch import nn
 from attnlab.nn.attention import MultiHeadAttention
 from attnlab.nn.feedforward import FeedForward, SwiGLU
 from attnlab.nn.latent_attention import MultiHeadLatentAttention
-from attnlab.nn.mamba2 import Mamba2Mixer
 from attnlab.nn.positions import Positions
 
 
@@ -31,14 +30,15 @@ def initialize(
     zero (modded-nanogpt's ``c_proj``; Fixup, Zhang et al. 2019, zeroes the last layer of
     each residual branch).
 
-    A Mamba-2 mixer's projections follow the scheme (its output projection as W_O); its
-    A, Δ's bias, D, conv and norm keep the initialisation of ``mamba_ssm``.
+    A token mixer's projections (Mamba-2's, Gated DeltaNet's) follow the scheme (its output
+    projection as W_O); its ``own_init()`` parameters (A, Δ's bias, conv, norm…) keep the
+    initialisation of ``mamba_ssm`` / flash-linear-attention.
     """
     residual_outputs: set = set()
     stacked: dict = {}
     own: set = set()
     for module in model.modules():
-        if isinstance(module, Mamba2Mixer):
+        if getattr(module, "mixer", False) and hasattr(module, "own_init"):
             residual_outputs.add(module.out_proj.weight)
             own.update(module.own_init())
         if isinstance(module, MultiHeadAttention | MultiHeadLatentAttention):

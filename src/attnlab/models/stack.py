@@ -8,6 +8,7 @@ what it holds and gives each layer its own caches.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from functools import partial
 from typing import Any
@@ -16,6 +17,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from attnlab.components.attention import layer_kinds, reads_window
 from attnlab.model_config import ModelConfig
 from attnlab.nn.dropout import Dropout
 from attnlab.nn.kernels import AttentionInputs
@@ -87,6 +89,29 @@ def start_dyt_from(alpha0: float, *modules: nn.Module | None) -> None:
                 nn.init.constant_(child.alpha, alpha0)
 
 
+class LayerPattern:
+    """The config each layer of a stack is built from: ``model.attention`` in every layer, or
+    with ``model.attention=hybrid`` the kind ``model.layer_pattern`` gives it (Gemma 3's
+    five sliding-window layers to one global, Gemma Team 2025, §2), and which layers
+    rotate with ``model.rope_theta_local`` (the local ones; Gemma 3 §2: 10k local, 1M
+    global). Not a kernel (``mixer``: no kind's kernel tests build it); each layer's kind is."""
+
+    mixer, causal_ok, pattern = True, True, None
+
+    def __init__(self, cfg: ModelConfig, n_layers: int) -> None:
+        self.kinds = layer_kinds(cfg, n_layers)
+        self.configs = [cfg if kind == cfg.attention else cfg.replace(attention=kind)
+                        for kind in self.kinds]  # fmt: skip
+        theta_local = cfg.get("rope_theta_local")
+        self.local = [theta_local is not None and reads_window(kind) for kind in self.kinds]
+        self.local_theta = cfg.replace(rope_theta=theta_local) if any(self.local) else None
+
+    @property
+    def sparse(self) -> bool:
+        """Every layer's kind builds its own pattern (no stack-wide dense mask needed)."""
+        return all(c.component("attention").sparse for c in self.configs)
+
+
 class TransformerStack(nn.Module):
     """Embed tokens, add positions, apply dropout, run the layers, final norm.
 
@@ -110,21 +135,28 @@ class TransformerStack(nn.Module):
         super().__init__()
         self.causal, self.pad_id = causal, cfg.get("pad_id")  # a ViT's stack reads no tokens
         self.checkpointing = cfg.activation_checkpointing
-        self.sparse = cfg.component("attention").sparse  # mla: full attention's inputs
+        layout = LayerPattern(cfg, n_layers)
+        self.sparse = layout.sparse  # mla: full attention's inputs
         self.embedding = embedding
         # relative buckets look both ways unless attention is purely causal: a prefix-LM
         # sees keys to its right inside the prefix (Mesh TF, Unitransformer.fully_autoregressive)
         fully_causal = causal and not cfg.get("prefix_lm")
         self.positions = make_positions(cfg, fully_causal, grid)
-        rotary_dim = getattr(cfg.component("attention"), "rotary_dim", None)
+        first = layout.configs[0]  # a hybrid with mla has mla in every layer (its check)
+        rotary_dim = getattr(first.component("attention"), "rotary_dim", None)
         if rotary_dim is not None:  # mla rotates its decoupled d_h^R dimensions only
-            self.positions.rotary_dim = rotary_dim(cfg)
+            self.positions.rotary_dim = rotary_dim(first)
+        # the local layers' RoPE base (model.rope_theta_local), a second rotation table
+        self.local_positions = (None if layout.local_theta is None
+                                else make_positions(layout.local_theta, fully_causal, grid))
+        self.local_layers = [i for i, local in enumerate(layout.local) if local]
         self.dropout = Dropout(cfg.dropout)
         self.embed_norm = make_norm(cfg.norm_type, cfg.d_model) if cfg.embed_norm else None
         depth = depth or StackDepth()
 
         block = cfg.component("block")
-        self.layers = nn.ModuleList(block.build(cfg, causal, cross, depth) for _ in range(n_layers))
+        self.layers = nn.ModuleList(block.build(layer_cfg, causal, cross, depth)
+                                    for layer_cfg in layout.configs)  # fmt: skip
         for number, layer in enumerate(self.layers, start=1):  # differential attention's λ_init(l)
             kind = getattr(getattr(layer, "self_attn", None), "kind", None)
             if hasattr(kind, "layer_number"):
@@ -182,12 +214,16 @@ class TransformerStack(nn.Module):
         x = embeds if embeds is not None else self.embedding(tokens)
         x = self.positions.embed(x, positions)
         x = self.dropout(x if self.embed_norm is None else self.embed_norm(x))
+        local_inputs = inputs
+        if self.local_positions is not None:  # the same positions, rotated by θ_local
+            local_inputs = dataclasses.replace(inputs, rope=self.local_positions.rotary(positions))
         for i, layer in enumerate(self.layers):
+            own = local_inputs if i in self.local_layers else inputs
             if self.causal:
                 layer_cache = cache.layers[i] if cache is not None else None
-                args = (x, inputs, memory, memory_inputs, layer_cache)
+                args = (x, own, memory, memory_inputs, layer_cache)
             else:
-                args = (x, inputs)
+                args = (x, own)
             if self.checkpointing and self.training:
                 x = checkpoint(layer, *args, use_reentrant=False)
             else:

@@ -129,9 +129,9 @@ class AttentionInputs:
     # with a static decoding cache: the slots (T,) the new keys and values are written to;
     # the softmax is then written out (compiled, one fused kernel per layer)
     cache_index: Tensor | None = None
-    # FlexAttention's BlockMasks by (Tq, Tk, q_offset), built by the first layer that needs
-    # one: the layers of a stack share one kind spec (bigbird's seed too), hence one pattern
-    flex_masks: dict[tuple[int, int, int], Any] = field(default_factory=dict)
+    # FlexAttention's BlockMasks by (kind, Tq, Tk, q_offset), built by the first layer that
+    # needs one: the layers of one kind share its spec (bigbird's seed too), hence one pattern
+    flex_masks: dict[tuple[Any, int, int, int], Any] = field(default_factory=dict)
 
 
 class Past(NamedTuple):
@@ -312,9 +312,9 @@ class KindKernel:
         if self.impl == "math" and self.softcap is None:
             return kind.reference(q, k, v, real, q_offset, **rope)
         if flex.uses_flex(kind, self.impl, q, dropout_p, decoding=q_offset > 0):
-            key = (T, k.size(2), q_offset)
+            key = (type(kind), T, k.size(2), q_offset)  # a hybrid's kinds: a mask each
             if key not in inputs.flex_masks:
-                inputs.flex_masks[key] = flex.block_mask(kind, *key, real, q.device)
+                inputs.flex_masks[key] = flex.block_mask(kind, *key[1:], real, q.device)
             mask = inputs.flex_masks[key]
             return flex.flex_attend(kind, q, k, v, real, q_offset, mask, self.softcap)
         if self.softcap is not None:

@@ -40,8 +40,8 @@ def residual(cfg: ModelConfig, depth: StackDepth) -> nn.Module:
 def attention(cfg: ModelConfig, causal: bool = False, cross: bool = False) -> nn.Module:
     """Self-attention with the ``model.attention`` kind (causal unless a prefix-LM), or the
     kind's own module where it replaces the projections (``heads``: mla); cross-attention
-    is always full multi-head attention. A kind that is a whole token mixer (``mamba2``)
-    takes the attention's place, projections included."""
+    is always full multi-head attention. A kind that is a whole token mixer (``mamba2``,
+    ``gated_deltanet``) takes the attention's place, projections included."""
     if not cross and cfg.component("attention").mixer:
         return cfg.component("attention").build(cfg, causal)
     kind, causal = None, causal and not cfg.get("prefix_lm")

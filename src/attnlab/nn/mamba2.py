@@ -109,16 +109,17 @@ def ssd_step(
 
 @dataclass
 class Mamba2State:
-    """A Mamba-2 layer's decoding cache, the same size after every token: ``conv``, the
-    last ``ssm_conv`` − 1 inputs of the conv (b, conv channels, K − 1), and ``ssm``, h
-    (b, H, P, N). None before the prompt."""
+    """A Mamba-2 (or Gated DeltaNet) layer's decoding cache, the same size after every token:
+    ``conv``, the last ``ssm_conv`` − 1 inputs of the conv (b, conv channels, K − 1), and
+    ``ssm``, the recurrent state (Mamba-2's h (b, H, P, N); Gated DeltaNet's S (b, H, d_v,
+    d_k)). None before the prompt."""
 
     conv: Tensor | None = None
     ssm: Tensor | None = None
     past: Any = None  # the LayerCache protocol's; a state has no keys
 
     def update(self, *args: object) -> Any:
-        raise TypeError("a Mamba-2 state is updated by its layer, not with keys and values")
+        raise TypeError("a recurrent state is updated by its layer, not with keys and values")
 
     def reorder(self, index: Tensor) -> None:
         """Batch rows ``index`` (beam search)."""
@@ -204,14 +205,20 @@ class Mamba2Mixer(nn.Module):
         return self.out_proj(y)
 
     def conv(self, xBC: Tensor, cache: Mamba2State | None) -> Tensor:
-        """The causal depthwise conv1d over (b, T, conv channels): the K − 1 inputs before
-        the first (zeros, or the cached ones) prepended; the cache keeps the last K − 1."""
-        window = xBC.transpose(1, 2)  # (b, channels, T)
-        before = None if cache is None else cache.conv
-        if before is None:
-            before = window.new_zeros(window.size(0), self.conv_dim, self.K - 1)
-        window = torch.cat([before, window], dim=-1)
-        if cache is not None:
-            cache.conv = window[..., window.size(-1) - (self.K - 1) :]
-        out = F.conv1d(window, self.conv1d.weight, self.conv1d.bias, groups=self.conv_dim)
-        return out.transpose(1, 2)
+        """The causal depthwise conv1d over (x, B, C): :func:`causal_conv`."""
+        return causal_conv(xBC, self.conv1d, cache)
+
+
+def causal_conv(x: Tensor, conv1d: nn.Conv1d, cache: Mamba2State | None) -> Tensor:
+    """A causal depthwise conv1d over (b, T, channels) → same: the K − 1 inputs before the
+    first (zeros, or the cached ones) prepended; the cache keeps the last K − 1."""
+    window = x.transpose(1, 2)  # (b, channels, T)
+    channels, K = conv1d.in_channels, conv1d.kernel_size[0]
+    before = None if cache is None else cache.conv
+    if before is None:
+        before = window.new_zeros(window.size(0), channels, K - 1)
+    window = torch.cat([before, window], dim=-1)
+    if cache is not None:
+        cache.conv = window[..., window.size(-1) - (K - 1) :]
+    out = F.conv1d(window, conv1d.weight, conv1d.bias, groups=channels)
+    return out.transpose(1, 2)
