@@ -2,24 +2,23 @@
 # The CPU speedrun, trick by trick: experiment=speedrun_shakespeare_char_cpu (the recipe: Muon,
 # a warm-up-stable-decay schedule, 650 steps) against experiment=nanogpt_shakespeare_char_cpu
 # (the baseline: AdamW, cosine, 2000 steps), each trick removed from the recipe and added to the
-# baseline one at a time. Each arm of the recipe first gets its own learning-rate grid (tuning
-# seed 100, which reports nothing; widened where its best was at the upper edge), then three
-# fresh seeds at the grid's best rate. The 2000-step arms run at one rate each, untuned: the
-# baseline at nanoGPT's 1e-3, baseline_muon at the recipe's tuned Muon rate, baseline_wsd at
-# 1e-3 (tuning them would triple the study's cost).
+# baseline one at a time. Every tuned arm first gets its own learning-rate grid (tuning seed 100,
+# which reports nothing; widened where its best was at an edge), then three fresh seeds at the
+# grid's best rate.
 #   attnlab-reproduce speedrun --train    # this script (about 1 h 30 on 2 idle cores)
 #   attnlab-reproduce speedrun --check    # the analysis of the committed runs
-# The arms (each named by experiment_name):
-#   baseline        AdamW, cosine (warm-up 100, floor 1e-4), 2000 steps
-#   baseline_muon   the baseline with Muon
-#   baseline_wsd    the baseline with the recipe's schedule (warm-up 50, stable, 1-sqrt decay
-#                   over the last 30 % to 0)
-#   recipe          Muon, WSD, 650 steps
-#   recipe_no_muon     AdamW in the recipe, given 1000 steps: at least the recipe's wall time, since
-#                   a Muon step costs at most 1.54 AdamW steps here (step_time.md)
-#   recipe_no_wsd      the recipe with the baseline's cosine schedule
-# Validation every 50 steps (every 100 in the 2000-step arms) with the presets' estimator (240
-# blocks spread over the validation split), for the steps to reach the target.
+# The arms (each named by experiment_name; val every 50 steps, every 100 in 2000-step arms):
+#   recipe           Muon, WSD (warm-up 50, stable, 1-sqrt decay over the last 30 % to 0), 650
+#                    steps; tuned
+#   recipe_no_muon   AdamW in the recipe, given 1000 steps: at least the recipe's wall time, as a
+#                    Muon step costs at most 1.54 AdamW steps (docs/performance.md); tuned
+#   recipe_no_wsd    the recipe with the baseline's cosine (warm-up 100, floor 1e-4); tuned
+#   baseline         the preset as it is: AdamW at nanoGPT's 1e-3, cosine, 2000 steps
+#   baseline_lr      the baseline at its grid's best rate (the baseline's grid)
+#   baseline_muon    the baseline with Muon, at the recipe's tuned Muon rate (not tuned at 2000)
+#   baseline_wsd     the baseline with the recipe's schedule, at 1e-3
+#   baseline_lr_wsd  the same at baseline_lr's rate
+# STAGE=tune|more|seeds runs one stage, ONLY=ARM one arm (the study ran in these pieces).
 source "$(dirname "$0")/../study.sh"
 SEEDS="${SEEDS:-0,1,2}"
 export ATTNLAB_DATA_ROOT="${ATTNLAB_DATA_ROOT:-data}"
@@ -34,12 +33,15 @@ declare -A ARM=(
   [baseline]="${BASE[*]}"
   [baseline_muon]="${BASE[*]} optim.name=muon"
   [baseline_wsd]="${BASE[*]} ${WSD[*]}"
+  [baseline_lr]="${BASE[*]}"
+  [baseline_lr_wsd]="${BASE[*]} ${WSD[*]}"
   [recipe]="${RECIPE[*]}"
   [recipe_no_muon]="${RECIPE[*]} optim.name=adamw trainer.max_steps=1000 optim.decay_steps=1000"
   [recipe_no_wsd]="${RECIPE[*]} ${COSINE[*]}"
 )
-# the recipe's arms' grids: factors of 2 around the preset's rate (AdamW 1e-3, Muon 3e-3), then
-# (MORE) upwards, where the best rate was the grid's upper edge
+# the tuned arms' grids: factors of 2 around the presets' rates before this study (AdamW 1e-3,
+# Muon 3e-3; the speedrun preset now has the grid's best, 6e-3), then (MORE) upwards, where the
+# best rate was the grid's upper edge
 declare -A GRID=(
   [recipe]=1.5e-3,3e-3,6e-3
   [recipe_no_muon]=1e-3,2e-3,4e-3
@@ -53,7 +55,7 @@ declare -A MORE=(
   [baseline]=8e-3,1.6e-2
 )
 TUNED=(recipe recipe_no_muon recipe_no_wsd baseline)
-ARMS=("${TUNED[@]}" baseline_muon baseline_wsd)
+ARMS=("${TUNED[@]}" baseline_muon baseline_wsd baseline_lr baseline_lr_wsd)
 
 tune() {  # tune NAME ARM RATES [OVERRIDE ...]: a grid of arm ARM, tuning seed 100, 2 jobs at once
   local name="$1" arm="$2" rates="$3"
@@ -64,7 +66,7 @@ tune() {  # tune NAME ARM RATES [OVERRIDE ...]: a grid of arm ARM, tuning seed 1
     experiment_name="$arm" optim.lr="$rates" seed=100 test=false \
     hydra/launcher=joblib hydra.launcher.n_jobs=2 "$@"
 }
-# STAGE=tune|more|seeds: one stage only (the study ran in these pieces); ONLY=ARM: one arm
+# STAGE=tune|more|seeds: one stage only; ONLY=ARM: one arm
 stage() { [ -z "${STAGE:-}" ] || [ "$STAGE" = "$1" ]; }
 for arm in "${TUNED[@]}"; do
   [ -n "${ONLY:-}" ] && [ "$ONLY" != "$arm" ] && continue
@@ -81,6 +83,8 @@ declare -A RATE=(
   [baseline]=1e-3
   [baseline_muon]=6e-3
   [baseline_wsd]=1e-3
+  [baseline_lr]=4e-3
+  [baseline_lr_wsd]=4e-3
 )
 for arm in "${ARMS[@]}"; do
   [ -n "${ONLY:-}" ] && [ "$ONLY" != "$arm" ] && continue
@@ -103,13 +107,24 @@ SEEDED=($(sweeps "${ARMS[@]}"))
 TARGET=1.885
 "$PY" -m attnlab.compare "${TUNE[@]}" --by experiment_name optim.lr --metric val/loss \
   > "$OUT/lr_grid.md" 2>/dev/null
-PAIRS=(--vs recipe recipe_no_muon --vs recipe recipe_no_wsd --vs baseline baseline_muon
-       --vs baseline baseline_wsd --vs baseline recipe)
+# the planned comparisons, Holm over the seven: each trick out of the recipe, each into the
+# baseline (Muon and WSD at a tuned AdamW rate), the rate itself, and the recipe against both
+# baselines
+arm() { echo "experiment_name=$1"; }
+PAIRS=(--vs "$(arm recipe)" "$(arm recipe_no_muon)" --vs "$(arm recipe)" "$(arm recipe_no_wsd)"
+       --vs "$(arm baseline)" "$(arm baseline_lr)" --vs "$(arm baseline_lr)" "$(arm baseline_muon)"
+       --vs "$(arm baseline_lr)" "$(arm baseline_lr_wsd)" --vs "$(arm baseline)" "$(arm recipe)"
+       --vs "$(arm baseline_lr)" "$(arm recipe)")
 {
-  echo "## Final validation loss, parameters and training FLOPs"
+  echo "## Final validation loss"
   echo
-  "$PY" -m attnlab.compare "${SEEDED[@]}" --by experiment_name \
-    --metric val/loss params flops tokens "${PAIRS[@]}" --plot "$OUT/val_loss.png" 2>/dev/null
+  "$PY" -m attnlab.compare "${SEEDED[@]}" --by experiment_name --metric val/loss "${PAIRS[@]}" \
+    --plot "$OUT/val_loss.png" 2>/dev/null
+  echo
+  echo "## Parameters, training FLOPs (the model's, 3 × forward) and tokens"
+  echo
+  "$PY" -m attnlab.compare "${SEEDED[@]}" --by experiment_name --metric params flops tokens \
+    2>/dev/null
   echo
   echo "## Steps to the target, val/loss ≤ $TARGET"
   echo
