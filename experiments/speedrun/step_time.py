@@ -28,24 +28,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args(argv)
     import torch
-    from hydra import compose, initialize_config_dir
 
     from attnlab.cli import pipeline
-    from attnlab.cli.common import config_dir, register_resolvers
+    from attnlab.cli.compose import compose_config
 
-    register_resolvers()
     warnings.filterwarnings("ignore", message=".*self.log.*")  # training_step outside a Trainer
     runs, batch = {}, None
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        for name in OPTIMISERS:
-            cfg = compose("config", overrides=["experiment=speedrun_shakespeare_char_cpu",
-                                               f"optim.name={name}"])  # fmt: skip
-            datamodule = pipeline.build_data(cfg)
-            if batch is None:
-                batch = next(iter(datamodule.train_dataloader()))
-            torch.manual_seed(0)
-            task = pipeline.build_task(cfg, datamodule)
-            runs[name] = (task, task.configure_optimizers()["optimizer"])
+    for name in OPTIMISERS:
+        cfg = compose_config(["experiment=speedrun_shakespeare_char_cpu", f"optim.name={name}"])
+        datamodule = pipeline.build_data(cfg)
+        if batch is None:
+            batch = next(iter(datamodule.train_dataloader()))
+        torch.manual_seed(0)
+        task = pipeline.build_task(cfg, datamodule)
+        runs[name] = (task, task.configure_optimizers()["optimizer"])
     seconds: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(args.rounds + 1):  # the first round warms up and is not counted
         for name, (task, optimizer) in runs.items():

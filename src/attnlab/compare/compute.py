@@ -76,6 +76,15 @@ def axis_curve(run: Run, metric: str, axis: str) -> Curve | None:
     return to_axis(curve[0], mapping), curve[1]
 
 
+def check_axis_logged(runs: Sequence[Run], axis: str, option: str, fix: str) -> None:
+    """A one-line UserError when no run logged the cumulative column ``axis`` reads."""
+    if AXES[axis] is not None and not any(r.curve(AXES[axis]) is not None for r in runs):
+        raise UserError(
+            f"{option}: the runs did not log {AXES[axis]} (runs from before attnlab logged "
+            f"it, or without the throughput callback); {fix}"
+        )
+
+
 def value_at(curve: Curve | None, point: float) -> float | None:
     """The curve's value at x = ``point``, interpolated; None when the curve ends before it
     (not reached) or starts after it (before the first validation)."""
@@ -108,11 +117,7 @@ def runs_at(
             f"--at {axis}={point:g}: none of {', '.join(metrics)} has a curve in metrics.csv; "
             "choose validation metrics with --metric (e.g. --metric val/loss)"
         )
-    if AXES[axis] is not None and not any(r.curve(AXES[axis]) is not None for r in runs):
-        raise UserError(
-            f"--at {axis}={point:g}: the runs did not log {AXES[axis]} (runs from before "
-            "attnlab logged it, or without the throughput callback); use --at step=N"
-        )
+    check_axis_logged(runs, axis, f"--at {axis}={point:g}", "use --at step=N")
     names = [at_label(m, axis, point) for m in kept]
     moved = []
     for run in runs:
@@ -172,8 +177,7 @@ def runs_reaching(
     if not any(r.curve(metric) is not None for r in runs):
         raise UserError(f"--reach: no run has a {metric} curve in metrics.csv; choose the "
                         "curve with --curve-metric (e.g. --curve-metric val/loss)")  # fmt: skip
-    if AXES[axis] is not None and not any(r.curve(AXES[axis]) is not None for r in runs):
-        raise UserError(f"--reach: the runs did not log {AXES[axis]}; use --x step")
+    check_axis_logged(runs, axis, "--reach", "use --x step")
     name = reach_label(metric, axis, target)
     lower = lower_is_better(metric)
     moved = []
