@@ -1,9 +1,9 @@
 """``model.attention=gated_deltanet``: Gated DeltaNet (Yang, Kautz & Hatamizadeh 2025, §3).
 
 The chunked form (the WY representation) and the decoding step equal the gated delta rule
-written as a plain loop over t; decoding keeps a state that does not grow with the tokens
-generated; on CUDA flash-linear-attention's kernel equals the PyTorch form; the mixer is
-refused where it cannot apply.
+written as a plain loop over t; on CUDA flash-linear-attention's kernel equals the PyTorch
+form; the mixer is refused where it cannot apply. Its decoding (step by step = chunked, a
+state that does not grow, left padding): tests/test_mixers.py.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.errors import ConfigError
-from attnlab.inference import start_decoding
 from attnlab.models import ModelConfig, build_model
 from attnlab.nn import gated_deltanet
 from attnlab.nn.gated_deltanet import (
@@ -89,54 +88,6 @@ def test_the_ut_transform_solves_the_unit_lower_triangular_system(Q: int) -> Non
     eye = torch.eye(Q, dtype=torch.float64)
     expected = torch.linalg.solve_triangular(eye + A, rhs, upper=False, unitriangular=True)
     torch.testing.assert_close(unit_lower_solve(A, rhs), expected, rtol=0, atol=1e-12)
-
-
-def test_the_mixer_decoding_step_by_step_equals_its_chunked_forward() -> None:
-    """The conv window and the state S, carried one token at a time after a prompt, give
-    the outputs of the whole sequence at once."""
-    cfg = ModelConfig.from_dict({**GDN, "delta_chunk": 3})
-    torch.manual_seed(0)
-    mixer = GatedDeltaNetMixer(cfg, causal=True).double()
-    x = torch.randn(2, 10, 16, dtype=torch.float64)
-    cache = mixer.keeps.own_cache()
-    steps = torch.cat([mixer(x[:, :4], None, cache=cache)]  # a prompt, then single tokens
-                      + [mixer(x[:, t : t + 1], None, cache=cache) for t in range(4, 10)], 1)
-    torch.testing.assert_close(steps, mixer(x, None), rtol=0, atol=1e-12)
-
-
-def test_the_decoding_state_does_not_grow_with_the_tokens_generated() -> None:
-    model = build_model(ModelConfig.from_dict(GDN)).eval()
-    prompt = torch.randint(6, 20, (2, 5), generator=torch.Generator().manual_seed(0))
-    state = start_decoding(model, prompt, use_cache=True)
-
-    def layer_state_bytes() -> int:
-        return sum(t.numel() * t.element_size() for layer in state.cache.layers
-                   for t in layer.self_attn.tensors())  # fmt: skip
-
-    state.append(state.logits().argmax(-1))
-    after_one = layer_state_bytes()
-    for _ in range(20):
-        state.append(state.logits().argmax(-1))
-    assert layer_state_bytes() == after_one > 0
-    # S (B, H, d_v, d_k) and the conv's last K − 1 inputs of (q, k, v), per layer
-    H, dk, dv, K = 2, 16 // 2, 2 * 16 // 2, 4
-    assert after_one == 2 * 2 * 4 * (H * dv * dk + (2 * 16 + H * dv) * (K - 1))
-
-
-@pytest.mark.parametrize("use_cache", [True, False], ids=["cached", "recomputed"])
-def test_left_padding_changes_no_logit_of_a_prompt(use_cache: bool) -> None:
-    """Padded positions get α = 1, β = 0 and zero inputs: the conv and the state pass them
-    as if the prompt started after them."""
-    model = build_model(ModelConfig.from_dict(GDN)).eval().double()
-    prompt = torch.randint(6, 20, (1, 5), generator=torch.Generator().manual_seed(0))
-    padded = torch.cat([torch.zeros(1, 3, dtype=torch.long), prompt], dim=1)  # PAD = 0
-    alone, behind_padding = (start_decoding(model, p, use_cache) for p in (prompt, padded))
-    for _ in range(3):
-        logits = alone.logits()
-        torch.testing.assert_close(behind_padding.logits(), logits)
-        token = logits.argmax(-1)
-        alone.append(token)
-        behind_padding.append(token)
 
 
 @pytest.mark.parametrize("overrides,needle", [

@@ -1,8 +1,8 @@
 """``model.attention=mamba2``: Mamba-2's SSD mixer (Dao & Gu 2024, §6–7).
 
-The chunked SSD form equals the recurrence written as a plain loop over t; decoding keeps a
-state that does not grow with the tokens generated; the mixer is refused where it cannot
-apply.
+The chunked SSD form equals the recurrence written as a plain loop over t; the mixer is
+refused where it cannot apply. Its decoding (step by step = chunked, a state that does not
+grow, left padding): tests/test_mixers.py.
 """
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ import pytest
 import torch
 
 from attnlab.errors import ConfigError
-from attnlab.inference import start_decoding
 from attnlab.models import ModelConfig, build_model
-from attnlab.nn.mamba2 import Mamba2Mixer, ssd_chunked
+from attnlab.nn.mamba2 import ssd_chunked
 
 MAMBA2 = {"name": "decoder_only", "vocab_size": 20, "d_model": 16, "n_heads": 2,
           "n_layers": 2, "dropout": 0.0, "attention": "mamba2", "pos": "none",
@@ -57,38 +56,6 @@ def test_the_chunked_ssd_form_equals_the_recurrence(T: int, chunk: int, carried:
     torch.testing.assert_close(final, expected_final)
 
 
-def test_the_mixer_decoding_step_by_step_equals_its_chunked_forward() -> None:
-    """The block's conv window and SSM state, carried one token at a time, give the outputs
-    of the whole sequence at once (the paper's recurrent mode = its chunked mode)."""
-    cfg = ModelConfig.from_dict({**MAMBA2, "ssm_chunk": 3})
-    torch.manual_seed(0)
-    mixer = Mamba2Mixer(cfg, causal=True).double()
-    x = torch.randn(2, 10, 16, dtype=torch.float64)
-    cache = mixer.keeps.own_cache()
-    steps = torch.cat([mixer(x[:, :4], None, cache=cache)]  # a prompt, then single tokens
-                      + [mixer(x[:, t : t + 1], None, cache=cache) for t in range(4, 10)], 1)
-    torch.testing.assert_close(steps, mixer(x, None))
-
-
-def test_the_decoding_state_does_not_grow_with_the_tokens_generated() -> None:
-    model = build_model(ModelConfig.from_dict(MAMBA2)).eval()
-    prompt = torch.randint(6, 20, (2, 5), generator=torch.Generator().manual_seed(0))
-    state = start_decoding(model, prompt, use_cache=True)
-
-    def layer_state_bytes() -> int:
-        return sum(t.numel() * t.element_size() for layer in state.cache.layers
-                   for t in layer.self_attn.tensors())  # fmt: skip
-
-    state.append(state.logits().argmax(-1))
-    after_one = layer_state_bytes()
-    for _ in range(20):
-        state.append(state.logits().argmax(-1))
-    assert layer_state_bytes() == after_one > 0
-    # h (B, H, P, N) and the conv's last K − 1 inputs of (x, B, C), per layer
-    H, P, N, K = 2, 2 * 16 // 2, 8, 4
-    assert after_one == 2 * 2 * 4 * (H * P * N + (2 * 16 + 2 * N) * (K - 1))
-
-
 @pytest.mark.parametrize("overrides,needle", [
     ({"name": "encoder_only"}, "model.attention=mamba2 is causal only and model=encoder_only"),
     ({"name": "encoder_decoder"}, "has no cross-attention"),
@@ -111,22 +78,6 @@ def test_mamba2_is_refused_where_it_does_not_apply_in_one_line(
     with pytest.raises(ConfigError, match=needle.replace(".", r"\.").replace("(", r"\(")) as e:
         ModelConfig.from_dict(values)
     assert "\n" not in str(e.value)
-
-
-@pytest.mark.parametrize("use_cache", [True, False], ids=["cached", "recomputed"])
-def test_left_padding_changes_no_logit_of_a_prompt(use_cache: bool) -> None:
-    """Padded positions get Δ = 0 and zero inputs: the conv and the state pass them as if
-    the prompt started after them."""
-    model = build_model(ModelConfig.from_dict(MAMBA2)).eval().double()
-    prompt = torch.randint(6, 20, (1, 5), generator=torch.Generator().manual_seed(0))
-    padded = torch.cat([torch.zeros(1, 3, dtype=torch.long), prompt], dim=1)  # PAD = 0
-    alone, behind_padding = (start_decoding(model, p, use_cache) for p in (prompt, padded))
-    for _ in range(3):
-        logits = alone.logits()
-        torch.testing.assert_close(behind_padding.logits(), logits)
-        token = logits.argmax(-1)
-        alone.append(token)
-        behind_padding.append(token)
 
 
 @pytest.mark.parametrize("init", ["paper", "xavier", "gpt2"])
