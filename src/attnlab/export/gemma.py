@@ -30,7 +30,7 @@ from typing import Any
 from torch import Tensor
 
 from attnlab.components.attention import layer_kinds
-from attnlab.export.mapping import Mapping, gated_mlp, half_split_rows, rotary_attention
+from attnlab.export.mapping import Mapping, half_split_rows, rotary_decoder
 from attnlab.model_config import ModelConfig
 from attnlab.special_tokens import PAD
 
@@ -98,25 +98,15 @@ class Gemma2Mapping(Mapping):
         return table, (self.model.lm_head.weight.detach() * self.readout_multiplier).clone()
 
     def tensors(self) -> dict[str, Tensor]:
-        decoder, d_head = self.model.decoder, self.cfg.d_head
-        embed, head = self.tables()
-        out = {"model.embed_tokens.weight": embed}
-        for i, layer in enumerate(decoder.layers):
-            p = f"model.layers.{i}."
-            attention = layer.self_attn
-            out |= rotary_attention(p + "self_attn.", attention, d_head,
-                                    self.query_scale(attention), self.cfg.bias)  # fmt: skip
-            norms = {"input_layernorm": layer.attn_residual.norm,
-                     "post_attention_layernorm": layer.attn_residual.out_norm,
-                     "pre_feedforward_layernorm": layer.ffn_residual.norm,
-                     "post_feedforward_layernorm": layer.ffn_residual.out_norm}  # fmt: skip
-            out |= {p + f"{name}.weight": gain(norm) for name, norm in norms.items()}
-            out |= gated_mlp(p + "mlp.", layer.ffn)
-            out |= self.head_norms(p + "self_attn.", attention)
-        out["model.norm.weight"] = gain(decoder.final_norm)
-        if head is not None:
-            out["lm_head.weight"] = head
-        return out
+        def norms(p: str, layer: Any) -> dict[str, Tensor]:
+            sandwich = {"input_layernorm": layer.attn_residual.norm,
+                        "post_attention_layernorm": layer.attn_residual.out_norm,
+                        "pre_feedforward_layernorm": layer.ffn_residual.norm,
+                        "post_feedforward_layernorm": layer.ffn_residual.out_norm}  # fmt: skip
+            out = {p + f"{name}.weight": gain(norm) for name, norm in sandwich.items()}
+            return out | self.head_norms(p + "self_attn.", layer.self_attn)
+
+        return rotary_decoder(self, norms, gain(self.model.decoder.final_norm))
 
     def head_norms(self, prefix: str, attention: Any) -> dict[str, Tensor]:
         """The per-head query and key norms (Gemma 3's; none in Gemma 2)."""

@@ -61,8 +61,7 @@ from attnlab.export.mapping import (
     _norm,
     _shown,
     _split_projection,
-    gated_mlp,
-    rotary_attention,
+    rotary_decoder,
 )
 from attnlab.export.qwen import Qwen35Mapping
 from attnlab.model_config import ModelConfig
@@ -159,21 +158,12 @@ class LlamaMapping(Mapping):
         }  # fmt: skip
 
     def tensors(self) -> dict[str, Tensor]:
-        decoder, d_head = self.model.decoder, self.cfg.d_head
-        embed, head = self.tables()
-        out = {"model.embed_tokens.weight": embed}
-        for i, layer in enumerate(decoder.layers):
-            p = f"model.layers.{i}."
-            attention = layer.self_attn
-            out |= rotary_attention(p + "self_attn.", attention, d_head,
-                                    self.query_scale(attention), self.cfg.bias)  # fmt: skip
-            out[p + "input_layernorm.weight"] = layer.attn_residual.norm.weight.detach()
-            out[p + "post_attention_layernorm.weight"] = layer.ffn_residual.norm.weight.detach()
-            out |= gated_mlp(p + "mlp.", layer.ffn)
-        out["model.norm.weight"] = decoder.final_norm.weight.detach()
-        if head is not None:
-            out["lm_head.weight"] = head
-        return out
+        def norms(p: str, layer: Any) -> dict[str, Tensor]:
+            return {p + "input_layernorm.weight": layer.attn_residual.norm.weight.detach(),
+                    p + "post_attention_layernorm.weight":
+                        layer.ffn_residual.norm.weight.detach()}  # fmt: skip
+
+        return rotary_decoder(self, norms, self.model.decoder.final_norm.weight.detach())
 
 
 class BertMapping(Mapping):

@@ -122,6 +122,26 @@ def gated_mlp(prefix: str, ffn: Any) -> dict[str, Tensor]:
             prefix + "down_proj.weight": ffn.linear2.weight.detach()}  # fmt: skip
 
 
+def rotary_decoder(mapping: Any, layer_norms: Any, final_norm: Tensor) -> dict[str, Tensor]:
+    """A Llama-style decoder's tensors (Llama, Gemma 2 and 3): the input table, each layer's
+    rotary attention, its norms (``layer_norms(prefix, layer)``, the layout's own), its gated
+    MLP, then the final norm and the output projection where it is not tied."""
+    decoder, d_head = mapping.model.decoder, mapping.cfg.d_head
+    embed, head = mapping.tables()
+    out = {"model.embed_tokens.weight": embed}
+    for i, layer in enumerate(decoder.layers):
+        p = f"model.layers.{i}."
+        attention = layer.self_attn
+        out |= rotary_attention(p + "self_attn.", attention, d_head,
+                                mapping.query_scale(attention), mapping.cfg.bias)  # fmt: skip
+        out |= layer_norms(p, layer)
+        out |= gated_mlp(p + "mlp.", layer.ffn)
+    out["model.norm.weight"] = final_norm
+    if head is not None:
+        out["lm_head.weight"] = head
+    return out
+
+
 def _bias(module: Any) -> Tensor:
     """A linear map's or norm's bias; zeros under ``model.bias=false``, which compute the
     same as none where the target class always has one (GPT-2, BERT)."""
