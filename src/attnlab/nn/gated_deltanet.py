@@ -10,7 +10,7 @@ The gated delta rule (§3.1), per head, with a matrix state S ∈ R^{d_v×d_k}:
 in place of what S_{t−1} held there (the delta rule: S_t k_t = (1 − β_t)·α_t S_{t−1}k_t +
 β_t v_t for a unit k_t).
 
-Chunked form (§3.2, the WY representation by the UT transform, extended with the decay):
+Chunked form (§3.3, the WY representation by the UT transform, extended with the decay):
 within a chunk of Q tokens entering with state S₀, γ_r = α_1⋯α_r, Γ_{rj} = γ_r/γ_j (j ≤ r),
 the values the chunk writes E (rows e_r = β_r(v_r − α_r S_{r−1} k_r)) solve a unit lower
 triangular system (I + A)E = diag(β)(V − diag(γ) K S₀ᵀ), A = tril₋₁(diag(β)KKᵀ ∘ Γ):
@@ -21,7 +21,7 @@ triangular system (I + A)E = diag(β)(V − diag(γ) K S₀ᵀ), A = tril₋₁(
 U, W, T and Q Kᵀ ∘ Γ are computed for all chunks at once; only E, O and S pass from chunk
 to chunk. T = Π_i (I + N^{2^i}) for the nilpotent N = −A (N^Q = 0): matrix products only.
 
-The block around the rule (§3.3, fla's ``GatedDeltaNet`` layer): q, k, v = SiLU(causal
+The block around the rule (§3.4, fla's ``GatedDeltaNet`` layer): q, k, v = SiLU(causal
 depthwise conv1d of kernel ``ssm_conv``) of their projections; q and k L2-normalised per
 head, q scaled by 1/√d_k; β_t = σ(W_β x_t); α_t = exp(−exp(A_log)·softplus(W_α x_t +
 dt_bias)), Mamba-2's decay; the output RMSNorm(o_t)·SiLU(W_g x_t) per head, then W_O.
@@ -77,7 +77,7 @@ def gated_delta_chunked(
     q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, chunk: int,
     state: Tensor | None = None, final: bool = True,
 ) -> tuple[Tensor, Tensor | None]:  # fmt: skip
-    """The chunked form (§3.2): q, k (b, T, H, d_k), v (b, T, H, d_v), g = log α and β
+    """The chunked form (§3.3): q, k (b, T, H, d_k), v (b, T, H, d_v), g = log α and β
     (b, T, H), the state before the first token (b, H, d_v, d_k) or None (zeros) →
     (o (b, T, H, d_v), the state after the last token, or None when not ``final``: training
     needs only the states passed across the chunk boundaries).
@@ -140,7 +140,7 @@ def fla_chunked(
 
 
 class GatedDeltaNetMixer(nn.Module):
-    """Gated DeltaNet's block (§3.3) in the attention slot of a decoder layer:
+    """Gated DeltaNet's block (§3.4) in the attention slot of a decoder layer:
     ``forward(x, inputs, cache=…)`` as ``MultiHeadAttention``'s, (b, T, d_model) → same.
 
     Sizes: H = ``model.n_heads`` heads, d_k = d_model/H, d_v = ``ssm_expand``·d_k, conv

@@ -3,9 +3,11 @@ SSMs: Generalized Models and Efficient Algorithms Through Structured State Space
 §6–7): a selective state-space model in the attention slot of a decoder layer — a token
 mixer with projections of its own, not a kernel between W_Q, W_K, W_V and W_O.
 
-The selective SSM h_t = A_t h_{t−1} + B_t x_t, y_t = C_tᵀ h_t (eq. 1, §2.1) with SSD's
-scalar-times-identity A_t = exp(Δ_t·A)·I (§5), per head — H heads of P = expand·d_model/H
-channels, A = −exp(A_log) a scalar per head, B, C ∈ R^N shared by the heads (one group):
+The selective SSM h_t = A_t h_{t−1} + B_t x_t, y_t = C_tᵀ h_t (eq. 2, §2.1) with SSD's
+scalar-times-identity A_t = a_t·I (§5.1), discretised as in Mamba (the paper omits it, §2.1
+Remark 1; ``mamba_ssm`` uses a_t = exp(Δ_t·A) and Δ_t·B_t), per head — H heads of P =
+expand·d_model/H channels, A = −exp(A_log) a scalar per head, B, C ∈ R^N shared by the heads
+(one group, Fig. 6):
 
     h_t = exp(Δ_t·A)·h_{t−1} + Δ_t·x_t B_tᵀ          h ∈ R^{P×N}
     y_t = h_t C_t + D·x_t
@@ -99,7 +101,7 @@ def ssd_chunked(
 def ssd_step(
     x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, state: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """One token of the recurrence (eq. 1 with A_t = exp(Δ_t·A)·I): x (b, H, P), Δ (b, H), B
+    """One token of the recurrence (eq. 2 with A_t = exp(Δ_t·A)·I): x (b, H, P), Δ (b, H), B
     and C (b, N), h (b, H, P, N) → (y = h_t C_t (b, H, P), h_t = exp(Δ_t·A)·h_{t−1} +
     Δ_t·x_t B_tᵀ)."""
     decay = torch.exp(dt * A)[..., None, None]
