@@ -46,7 +46,7 @@ model FLOPs, as MFU counts them (PaLM, App. B) — per ``model.attention``:
   Exponentials, cumulative sums and the gated norm are elementwise and not counted.
 * ``gated_deltanet``: the mixer in place of W_Q … W_O and attention
   (:func:`gated_deltanet_flops`): its projections, the depthwise conv1d, and the matrix
-  products of the chunked form as computed by the PyTorch form (Yang et al. 2025, §3.2),
+  products of the chunked form as computed by the PyTorch form (Yang et al. 2025, §3.3),
   padding included — K Kᵀ and Q Kᵀ within each chunk, the UT transform's m = ⌈log₂ Q⌉
   products with [β V, βγ K] and its m − 1 squarings (2·Q³ each), the within-chunk outputs,
   and at each of the n − 1 chunk boundaries the state passed on (Eᵀ K), the values it
