@@ -68,3 +68,11 @@ def test_the_table_says_how_many_runs_each_cell_holds(
     lines = transfer.table("SP", transfer.grid([sweep(tmp_path, runs)]))
     assert any(line.startswith(shown) for line in lines), lines
     assert any(line.startswith(said) for line in lines), lines
+
+
+@pytest.mark.parametrize(("optima", "slope"), [({32: 0.016, 64: 0.008, 128: 0.004}, -1.0),
+                                               ({32: 0.01, 64: 0.01, 256: 0.01}, 0.0)])  # fmt: skip
+def test_the_transfer_slope_reads_every_width(
+    transfer: ModuleType, optima: dict[int, float], slope: float
+) -> None:  # fmt: skip
+    assert transfer.transfer_slope(optima) == pytest.approx(slope)

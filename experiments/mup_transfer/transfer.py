@@ -5,7 +5,8 @@ usage: transfer.py --sp SWEEP [SWEEP ...] --mup SWEEP [SWEEP ...] --out FOLDER
 For each parametrisation: the final validation loss of every (width, learning rate) run, the
 best learning rate per width on the grid and where a parabola through the best point and
 its two neighbours (in log2 lr) puts the optimum, and the drift of that optimum from the
-narrowest to the widest model (in octaves: 1.0 = the best LR halves). A cell with several
+narrowest to the widest model (in octaves: 1.0 = the best LR halves) and the slope of that
+optimum against width over every width (log-log). A cell with several
 runs (seeds) is their mean, and each table says how many runs each cell holds. A run that
 diverged or did not finish counts as infinitely bad, so a cell with one is shown as "div.".
 """
@@ -17,7 +18,7 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from statistics import fmean
+from statistics import fmean, linear_regression
 
 from attnlab.compare.runs import load_runs
 
@@ -80,6 +81,13 @@ def optimum(losses: dict[float, float]) -> tuple[float, float]:
     return best, 2 ** (-b / (2 * a))
 
 
+def transfer_slope(optima: dict[int, float]) -> float:
+    """The least-squares slope of log2(fitted optimum) against log2(width), over every width."""
+    widths = list(optima)
+    return linear_regression([math.log2(w) for w in widths],
+                             [math.log2(optima[w]) for w in widths]).slope  # fmt: skip
+
+
 def table(name: str, cells: Grid) -> list[str]:
     losses = cells.losses
     lrs = sorted({lr for row in losses.values() for lr in row})
@@ -105,6 +113,11 @@ def table(name: str, cells: Grid) -> list[str]:
             shown.append(text)
         lines.append(f"| {width} | " + " | ".join(shown) + f" | {best:.3g} | {fitted:.3g} |")
     widths = list(optima)
+    slope_line = [] if len(widths) < 2 else [  # one width has no slope
+        f"Fitted optimum against width over all {len(widths)} widths: a log-log slope of "
+        f"{transfer_slope(optima):+.2f} (least squares; -1: the optimum falls as 1/width, "
+        "0: it stays put)."
+    ]
     drift = math.log2(optima[widths[0]] / optima[widths[-1]])
     bests = [min(row.values()) for row in losses.values()]
     lines += [
@@ -112,6 +125,7 @@ def table(name: str, cells: Grid) -> list[str]:
         f"Fitted optimum from width {widths[0]} to {widths[-1]}: {optima[widths[0]]:.3g} → "
         f"{optima[widths[-1]]:.3g}, a drift of {drift:+.2f} octaves (positive: the best LR "
         "falls as the width grows).",
+        *slope_line,
         "Best loss per width: " + ", ".join(f"{w}: {b:.3f}" for w, b in zip(widths, bests,
                                                                             strict=True)) + ".",
         f"Runs per cell (seeds, averaged): {min(counts)} to {max(counts)}, as (n=…) shows."
