@@ -8,7 +8,8 @@
 #   SEEDS=0,1 experiments/preln_vs_postln_warmup/run.sh          # fewer seeds
 #   GATE=1 experiments/preln_vs_postln_warmup/run.sh   # also the gate run (the baseline for
 #                                           4 epochs, ≈ 10 min at one thread) into runs/gate
-#   JOBS=1 WARMUP=360 experiments/preln_vs_postln_warmup/run.sh trainer=gpu trainer.max_steps=3600
+#   JOBS=1 WARMUP=360 LRS=2.5e-4,5e-4,1e-3,2e-3,4e-3 experiments/preln_vs_postln_warmup/run.sh \
+#       trainer=gpu trainer.max_steps=3600
 #                                           # on one GPU, one run at a time (README: Rerun on GPUs)
 # Extra arguments go to every training run (trainer.max_steps=…); WARMUP is the warmup arm's
 # steps (50: 10 % of the 500-step run), LRS the peak rates. JOBS, PLAN: see ../study.sh.
