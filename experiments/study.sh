@@ -16,6 +16,8 @@
 #   streams FIRST SECOND [OVERRIDE...]   two functions' sweeps: side by side, one thread each,
 #                            or one after the other when JOBS=1
 #   AT_ONCE                  the launcher overrides of a sweep that trains JOBS runs at a time
+#   CORPUS_ARGS              the overrides that put a language-model sweep on CORPUS (none
+#                            when CORPUS is unset)
 #   no_corpus DATA           refuses CORPUS in a study that trains on DATA (not a language model)
 #   analysis_follows         where training ends: a PLAN stops the script here
 # and what every study reads from the environment:
