@@ -26,7 +26,6 @@ BASE="${SWEEP:-logs/study_mup_transfer/$STAMP}"
 WIDTHS="${WIDTHS:-32,64,128,256}"
 LRS="${LRS:-0.000488,0.000977,0.00195,0.00391,0.00781,0.0156}"
 LRS_HIGH="${LRS_HIGH:-0.0313,0.0625}"
-SEEDS="${SEEDS:-0}"
 BASE_WIDTH="${BASE_WIDTH:-32}"
 SP="$(sweep_dir sp "$BASE/sp")" MUP="$(sweep_dir mup "$BASE/mup")"
 SP_HIGH="$(sweep_dir sp_high "$BASE/sp_high")" MUP_HIGH="$(sweep_dir mup_high "$BASE/mup_high")"
@@ -34,8 +33,10 @@ SP_HIGH="$(sweep_dir sp_high "$BASE/sp_high")" MUP_HIGH="$(sweep_dir mup_high "$
 grid() {  # PARAM NAME SWEEP LRS [OVERRIDE...]
   local base=()  # μP's own key: its base width (SP reads none)
   if [ "$1" = mup ]; then base=(model.mup_base_width="$BASE_WIDTH"); fi
+  local seeds=()  # the committed runs: the config's seed, 0
+  if [ -n "${SEEDS:-}" ]; then seeds=(seed="$SEEDS"); fi
   train_sweep "$2" "$3" experiment=study_mup_transfer model.param="$1" \
-    model.d_model="$WIDTHS" optim.lr="$4" seed="$SEEDS" "${base[@]}" "${CORPUS_ARGS[@]}" "${@:5}"
+    model.d_model="$WIDTHS" optim.lr="$4" "${seeds[@]}" "${base[@]}" "${CORPUS_ARGS[@]}" "${@:5}"
 }
 both() {  # PARAM SWEEP HIGH_SWEEP [OVERRIDE...]
   grid "$1" "$1" "$2" "$LRS" "${@:4}"
