@@ -29,7 +29,7 @@ BEST_CONV="$(sweep_dir best_lr_conv "${BEST_CONV:-logs/study_recurrence/multirun
 SWEEP="$(sweep_dir sweep "${SWEEP:-logs/study_recurrence/multiruns/$STAMP}")"
 EXPERIMENTS=study_recurrence_transformer,study_recurrence_lstm_bahdanau,study_recurrence_lstm_luong,study_recurrence_lstm_none,study_recurrence_conv
 
-# two jobs at a time, one thread each
+# JOBS at a time (two by default, one thread each)
 train_sweep lr_grid "$GRID" experiment="$EXPERIMENTS" optim.lr=3e-4,3e-3 seed=0 \
   "${AT_ONCE[@]}" "$@"
 # 3e-3 was the grid's best for all but the Transformer: those four at 1e-2, and ConvS2S, best

@@ -24,7 +24,7 @@ if measuring; then  # gradients at initialisation: no training, so no raw runs
 fi
 [ -n "${PROFILE_ONLY:-}" ] && exit 0
 
-# diverged deep Post-LN runs are an expected outcome; two jobs at a time, one thread each
+# diverged deep Post-LN runs are an expected outcome; JOBS at once (default 2, one thread each)
 train_sweep sweep "$SWEEP" experiment=study_depth \
     model.n_layers="$DEPTHS" model.norm=pre,post,deepnorm seed="$SEEDS" "${AT_ONCE[@]}" "$@"
 analysis_follows

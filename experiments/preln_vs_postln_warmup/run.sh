@@ -20,7 +20,7 @@ WARMUP="${WARMUP:-50}"
 LRS="${LRS:-5e-4,1e-3,2e-3}"
 SWEEP="$(sweep_dir sweep "${SWEEP:-logs/study_preln_postln/multiruns/$STAMP}")"
 
-# diverged Post-LN runs are an expected outcome here; two jobs at a time, one thread each
+# diverged Post-LN runs are an expected outcome here; JOBS at once (default 2, one thread each)
 train_sweep sweep "$SWEEP" experiment=study_preln_postln \
     model.norm=pre,post optim.warmup_steps=0,"$WARMUP" optim.lr="$LRS" seed="$SEEDS" \
     "${AT_ONCE[@]}" "$@"

@@ -60,7 +60,7 @@ declare -A MORE=(
 TUNED=(recipe recipe_no_muon recipe_no_wsd baseline)
 ARMS=("${TUNED[@]}" baseline_muon baseline_wsd baseline_lr baseline_lr_wsd)
 
-tune() {  # tune NAME ARM RATES [OVERRIDE ...]: a grid of arm ARM, tuning seed 100, 2 jobs at once
+tune() {  # tune NAME ARM RATES [OVERRIDE ...]: a grid of arm ARM, tuning seed 100, JOBS at once
   local name="$1" arm="$2" rates="$3"
   shift 3
   # shellcheck disable=SC2086  # the arm's overrides are words
@@ -78,7 +78,7 @@ for arm in "${TUNED[@]}"; do
 done
 
 # three fresh seeds per arm: the recipe's arms at their grid's best rate (lr_grid.md), the
-# baseline's at one rate each; two jobs at a time
+# baseline's at one rate each; JOBS at a time
 declare -A RATE=(
   [recipe]=6e-3
   [recipe_no_muon]=4e-3
