@@ -24,7 +24,8 @@ if [ -n "${GATE:-}" ]; then
     --weight_decay=0.0 --grad_clip=0.0 --eval_interval=100 --log_interval=100 --eval_iters=16
 fi
 BASE="${SWEEP:-logs/study_compute_multipliers/$STAMP}"
-GRID=(experiment=study_compute_multipliers model.d_model="$WIDTHS" seed="$SEEDS" "${CORPUS_ARGS[@]}")
+GRID=(experiment=study_compute_multipliers model.d_model="$WIDTHS" seed="$SEEDS"
+      "${CORPUS_ARGS[@]}")
 GPT2="$(sweep_dir gpt2 "$BASE/gpt2")" RELU="$(sweep_dir relu "$BASE/relu")"
 SWIGLU="$(sweep_dir swiglu "$BASE/swiglu")" ROPE="$(sweep_dir rope "$BASE/rope")"
 POST="$(sweep_dir post "$BASE/post")" MODERN="$(sweep_dir modern "$BASE/modern")"
