@@ -13,6 +13,21 @@
 #   measuring                true when the hardware measurements run: when training, or when
 #                            MEASURE is set
 #   measure SCRIPT FILE      runs HERE/SCRIPT into OUT/FILE, after the machine line
+#   streams FIRST SECOND [OVERRIDE...]   two functions' sweeps: side by side, one thread each,
+#                            or one after the other when JOBS=1
+#   AT_ONCE                  the launcher overrides of a sweep that trains JOBS runs at a time
+#   CORPUS_ARGS              the overrides that put a language-model sweep on CORPUS (none
+#                            when CORPUS is unset)
+#   no_corpus DATA           refuses CORPUS in a study that trains on DATA (not a language model)
+#   analysis_follows         where training ends: a PLAN stops the script here
+# and what every study reads from the environment:
+#   JOBS     runs trained at once: 2 by default, side by side with one CPU thread each (as the
+#            committed runs were made); 1 trains one run at a time with torch's own threads,
+#            as on one GPU (give trainer=gpu as an argument)
+#   CORPUS   a folder of token shards from attnlab-prepare: the language-model sweeps train on
+#            it (data=tokens data.path=CORPUS) instead of Tiny Shakespeare
+#   PLAN     a file: each sweep's attnlab.train command is written to it instead of run, and
+#            the script stops where its analysis would begin (nothing is trained or written)
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[1]}")" && pwd)"
 cd "$HERE/../.."
@@ -20,7 +35,17 @@ PY="${PY:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python)}"
 STAMP="$(date +%Y-%m-%d_%H-%M-%S)"
 OUT="${OUT:-$HERE}"
 RUNS="$HERE/runs"
-mkdir -p "$OUT"
+JOBS="${JOBS:-2}"
+case "$JOBS" in
+  '' | *[!0-9]* | 0)
+    echo "error: JOBS=$JOBS is not a number of runs to train at once: give 1 (one GPU) or 2" >&2
+    exit 2 ;;
+esac
+AT_ONCE=()
+if [ "$JOBS" -gt 1 ]; then AT_ONCE=(hydra/launcher=joblib "hydra.launcher.n_jobs=$JOBS"); fi
+CORPUS_ARGS=()
+if [ -n "${CORPUS:-}" ]; then CORPUS_ARGS=(data=tokens "data.path=$CORPUS"); fi
+[ -n "${PLAN:-}" ] || mkdir -p "$OUT"
 
 sweep_dir() {
   if [ -n "${SKIP_TRAIN:-}" ] && [ -z "${SWEEP:-}" ]; then echo "$RUNS/$1"; else echo "$2"; fi
@@ -29,13 +54,38 @@ sweep_dir() {
 train_sweep() {
   local name="$1" sweep="$2"
   shift 2
+  local command=("$PY" -m attnlab.train -m trainer.enable_progress_bar=false
+                 hydra.sweep.dir="$sweep" "$@")
+  if [ -n "${PLAN:-}" ]; then printf '%q ' "${command[@]}" >> "$PLAN"; echo >> "$PLAN"; return 0; fi
   if [ -n "${SKIP_TRAIN:-}" ]; then return 0; fi
+  local threads=()  # runs side by side get one thread each
+  if [ "$JOBS" -gt 1 ]; then threads=(env OMP_NUM_THREADS=1); fi
   # exit code 1 when a job did not complete (diverged runs included): the table counts them
-  "$PY" -m attnlab.train -m trainer.enable_progress_bar=false hydra.sweep.dir="$sweep" "$@" \
+  "${threads[@]}" "${command[@]}" \
     || echo "some runs did not complete (see 'failed' in the table); comparing anyway"
   "$PY" -m attnlab.studies --save-runs "$sweep" "$RUNS/$name"
 }
 
-measuring() { [ -z "${SKIP_TRAIN:-}" ] || [ -n "${MEASURE:-}" ]; }
+streams() {
+  local first="$1" second="$2"
+  shift 2
+  if [ "$JOBS" -gt 1 ] && [ -z "${PLAN:-}" ]; then
+    "$first" "$@" > /dev/null & "$second" "$@" > /dev/null & wait
+  else
+    "$first" "$@"
+    "$second" "$@"
+  fi
+}
+
+no_corpus() {
+  if [ -n "${CORPUS:-}" ]; then
+    echo "error: CORPUS is for the language-model studies; this one trains on $1: unset it" >&2
+    exit 2
+  fi
+}
+
+analysis_follows() { if [ -n "${PLAN:-}" ]; then exit 0; fi; }
+
+measuring() { [ -z "${PLAN:-}" ] && { [ -z "${SKIP_TRAIN:-}" ] || [ -n "${MEASURE:-}" ]; }; }
 
 measure() { { "$PY" -m attnlab.studies --machine; echo; "$PY" "$HERE/$1"; } > "$OUT/$2"; }

@@ -13,9 +13,12 @@
 #   GATE=1 experiments/architecture_comparison/run.sh   # also the gate run (the 4 + 4
 #                         encoder-decoder for 4 epochs, ≈ 11 min at one thread) into runs/gate
 #   PART=translation TAG=_lr3e-3 …/run.sh optim.lr=3e-3  # a variant, in results_translation_lr3e-3.md
+#   JOBS=1 experiments/architecture_comparison/run.sh trainer=gpu   # one GPU, one run at a time
 # Extra arguments go to every training run of the parts chosen; TAG names the outputs (and the
-# raw runs' folder) of such a variant so that the main tables are kept.
+# raw runs' folder) of such a variant so that the main tables are kept. JOBS, PLAN: see
+# ../study.sh.
 source "$(dirname "$0")/../study.sh"
+no_corpus "Multi30k and SST-2"
 SEEDS="${SEEDS:-0,1,2}"
 TAG="${TAG:-}"
 
@@ -25,8 +28,8 @@ run_part() {  # name, experiments, metrics, metric for the curves' plot, second 
   local sweep
   sweep="$(sweep_dir "$name" "${SWEEP:-logs/study_architectures/multiruns/${name}_$STAMP}")"
   local out="$OUT/results_${name}.md" first="${metrics%% *}"
-  OMP_NUM_THREADS=1 train_sweep "$name" "$sweep" experiment="$experiments" seed="$SEEDS" \
-      hydra/launcher=joblib hydra.launcher.n_jobs=2 "$@"
+  train_sweep "$name" "$sweep" experiment="$experiments" seed="$SEEDS" "${AT_ONCE[@]}" "$@"
+  [ -z "${PLAN:-}" ] || return 0  # the analysis of this part follows
   # shellcheck disable=SC2086  # $metrics is a list of metric names
   "$PY" -m attnlab.compare "$sweep" --by experiment_name --metric $metrics \
       --plot "$OUT/${name}_val_loss.png" > "$out"
@@ -64,9 +67,10 @@ fi
 
 # the gate: the translation baseline (4 + 4 encoder-decoder) at multi30k_base's 4 epochs
 if [ -n "${GATE:-}" ]; then
-  OMP_NUM_THREADS=1 train_sweep gate "logs/gates/architectures_encdec_4ep_$STAMP" \
+  train_sweep gate "logs/gates/architectures_encdec_4ep_$STAMP" \
       experiment=study_architectures_encdec trainer.max_steps=-1 trainer.max_epochs=4
 fi
+analysis_follows
 # one run: its warning about fewer than 3 runs is dropped, any error still shows
 "$PY" -m attnlab.compare "$RUNS/gate" --metric test/bleu val/bleu val/loss test/loss \
   > "$OUT/gate.md" 2> >(grep -v '^warning: ' >&2)

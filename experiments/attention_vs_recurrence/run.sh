@@ -15,8 +15,11 @@
 # on this machine.
 #   attnlab-reproduce attention_vs_recurrence --train    # this script
 #   attnlab-reproduce attention_vs_recurrence --check    # the analysis of the committed runs
-# Extra arguments go to every training run (trainer.max_steps=…).
+#   JOBS=1 experiments/attention_vs_recurrence/run.sh trainer=gpu trainer.max_steps=1800
+#                                           # on one GPU, one run at a time (README: Rerun on GPUs)
+# Extra arguments go to every training run (trainer.max_steps=…). JOBS, PLAN: see ../study.sh.
 source "$(dirname "$0")/../study.sh"
+no_corpus Multi30k
 SEEDS="${SEEDS:-0,1,2}"
 GRID="$(sweep_dir lr_grid "${GRID:-logs/study_recurrence/multiruns/lr_grid_$STAMP}")"
 GRID_1E2="$(sweep_dir lr_grid_1e-2 "${GRID_1E2:-logs/study_recurrence/multiruns/lr_grid_1e-2_$STAMP}")"
@@ -26,25 +29,26 @@ BEST_CONV="$(sweep_dir best_lr_conv "${BEST_CONV:-logs/study_recurrence/multirun
 SWEEP="$(sweep_dir sweep "${SWEEP:-logs/study_recurrence/multiruns/$STAMP}")"
 EXPERIMENTS=study_recurrence_transformer,study_recurrence_lstm_bahdanau,study_recurrence_lstm_luong,study_recurrence_lstm_none,study_recurrence_conv
 
-# two jobs at a time, one thread each
-OMP_NUM_THREADS=1 train_sweep lr_grid "$GRID" experiment="$EXPERIMENTS" optim.lr=3e-4,3e-3 seed=0 \
-  hydra/launcher=joblib hydra.launcher.n_jobs=2 "$@"
+# JOBS at a time (two by default, one thread each)
+train_sweep lr_grid "$GRID" experiment="$EXPERIMENTS" optim.lr=3e-4,3e-3 seed=0 \
+  "${AT_ONCE[@]}" "$@"
 # 3e-3 was the grid's best for all but the Transformer: those four at 1e-2, and ConvS2S, best
 # there, at 3e-2
-OMP_NUM_THREADS=1 train_sweep lr_grid_1e-2 "$GRID_1E2" \
+train_sweep lr_grid_1e-2 "$GRID_1E2" \
   experiment=study_recurrence_lstm_bahdanau,study_recurrence_lstm_luong,study_recurrence_lstm_none,study_recurrence_conv \
-  optim.lr=1e-2 seed=0 hydra/launcher=joblib hydra.launcher.n_jobs=2 "$@"
-OMP_NUM_THREADS=1 train_sweep lr_grid_3e-2 "$GRID_3E2" experiment=study_recurrence_conv \
+  optim.lr=1e-2 seed=0 "${AT_ONCE[@]}" "$@"
+train_sweep lr_grid_3e-2 "$GRID_3E2" experiment=study_recurrence_conv \
   optim.lr=3e-2 seed=0 "$@"
-OMP_NUM_THREADS=1 train_sweep sweep "$SWEEP" experiment="$EXPERIMENTS" seed="$SEEDS" \
-  hydra/launcher=joblib hydra.launcher.n_jobs=2 "$@"
+train_sweep sweep "$SWEEP" experiment="$EXPERIMENTS" seed="$SEEDS" \
+  "${AT_ONCE[@]}" "$@"
 # the grid's pick for every model but the Transformer (whose best is the shared 1e-3): 3e-3 for
 # the LSTMs (and ConvS2S at 3e-3 too), 1e-2 for ConvS2S
-OMP_NUM_THREADS=1 train_sweep best_lr "$BEST" \
+train_sweep best_lr "$BEST" \
   experiment=study_recurrence_lstm_bahdanau,study_recurrence_lstm_luong,study_recurrence_lstm_none,study_recurrence_conv \
-  optim.lr=3e-3 seed="$SEEDS" hydra/launcher=joblib hydra.launcher.n_jobs=2 "$@"
-OMP_NUM_THREADS=1 train_sweep best_lr_conv "$BEST_CONV" experiment=study_recurrence_conv \
-  optim.lr=1e-2 seed="$SEEDS" hydra/launcher=joblib hydra.launcher.n_jobs=2 "$@"
+  optim.lr=3e-3 seed="$SEEDS" "${AT_ONCE[@]}" "$@"
+train_sweep best_lr_conv "$BEST_CONV" experiment=study_recurrence_conv \
+  optim.lr=1e-2 seed="$SEEDS" "${AT_ONCE[@]}" "$@"
+analysis_follows
 # the grid: every model at its rates, seed 0, read at its last validation (one run a group:
 # the warning about fewer than 3 runs is dropped, any error still shows)
 "$PY" -m attnlab.compare "$GRID" "$GRID_1E2" "$GRID_3E2" "$SWEEP" --filter seed=0 \

@@ -9,7 +9,12 @@
 # frontier plot per pair. GATE=1 also runs the gate (nanoGPT at the study's shape).
 #   attnlab-reproduce compute_multipliers --train    # this script
 #   attnlab-reproduce compute_multipliers --check    # the analysis of the committed runs
+# WIDTHS and SEEDS default to the committed study's; extra arguments go to every training run
+# (optim.lr=…, trainer.max_steps=…); JOBS=1 runs the two streams one after the other, CORPUS
+# trains on a corpus from attnlab-prepare (../study.sh; the README's "Rerun on GPUs").
 source "$(dirname "$0")/../study.sh"
+WIDTHS="${WIDTHS:-32,64,128,256}"
+SEEDS="${SEEDS:-0,1,2}"
 
 # the gate: the unmodified nanoGPT at the study's shape and budget, width 256 (GATE=1)
 if [ -n "${GATE:-}" ]; then
@@ -19,7 +24,8 @@ if [ -n "${GATE:-}" ]; then
     --weight_decay=0.0 --grad_clip=0.0 --eval_interval=100 --log_interval=100 --eval_iters=16
 fi
 BASE="${SWEEP:-logs/study_compute_multipliers/$STAMP}"
-GRID=(experiment=study_compute_multipliers model.d_model=32,64,128,256 seed=0,1,2)
+GRID=(experiment=study_compute_multipliers model.d_model="$WIDTHS" seed="$SEEDS"
+      "${CORPUS_ARGS[@]}")
 GPT2="$(sweep_dir gpt2 "$BASE/gpt2")" RELU="$(sweep_dir relu "$BASE/relu")"
 SWIGLU="$(sweep_dir swiglu "$BASE/swiglu")" ROPE="$(sweep_dir rope "$BASE/rope")"
 POST="$(sweep_dir post "$BASE/post")" MODERN="$(sweep_dir modern "$BASE/modern")"
@@ -35,9 +41,8 @@ second() {
   train_sweep modern "$MODERN" "${GRID[@]}" model.norm_type=rmsnorm model.pos=rope \
     model.ffn=swiglu "$@"
 }
-if [ -z "${SKIP_TRAIN:-}" ]; then
-  OMP_NUM_THREADS=1 first "$@" > /dev/null & OMP_NUM_THREADS=1 second "$@" > /dev/null & wait
-fi
+if [ -z "${SKIP_TRAIN:-}" ]; then streams first second "$@"; fi
+analysis_follows
 
 pair() {  # TITLE KEY A_SWEEP B_SWEEP A B PLOT
   echo "## $1"
@@ -50,7 +55,7 @@ pair() {  # TITLE KEY A_SWEEP B_SWEEP A B PLOT
   echo "A against B at each width (3 seeds a side), Holm over the four widths:"
   echo
   local width tests=()
-  for width in 32 64 128 256; do
+  for width in ${WIDTHS//,/ }; do
     tests+=(--vs "$2=$5 model.d_model=$width" "$2=$6 model.d_model=$width")
   done
   "$PY" -m attnlab.compare "$3" "$4" --by "$2" model.d_model --metric val/loss "${tests[@]}" \

@@ -7,20 +7,27 @@
 #   attnlab-reproduce depth_stability --train    # this script
 #   attnlab-reproduce depth_stability --check    # the analysis of the committed runs
 #   PROFILE_ONLY=1 experiments/depth_stability/run.sh   # the gradient profile only
+#   JOBS=1 experiments/depth_stability/run.sh trainer=gpu trainer.max_steps=3600
+#                                           # on one GPU, one run at a time (README: Rerun on GPUs)
+# Extra arguments go to every training run; DEPTHS are the layers per stack. JOBS, PLAN: see
+# ../study.sh.
 source "$(dirname "$0")/../study.sh"
+no_corpus Multi30k
 SEEDS="${SEEDS:-0,1,2}"
+DEPTHS="${DEPTHS:-6,12,24}"
 SWEEP="$(sweep_dir sweep "${SWEEP:-logs/study_depth/multiruns/$STAMP}")"
 
 if measuring; then  # gradients at initialisation: no training, so no raw runs
-  "$PY" "$HERE/grad_profile.py" --depths 6 12 24 --seeds 0 1 2 --per-layer \
+  # shellcheck disable=SC2086  # the depths are words
+  "$PY" "$HERE/grad_profile.py" --depths ${DEPTHS//,/ } --seeds 0 1 2 --per-layer \
     | tee "$OUT/grad_profile_init.md"
 fi
 [ -n "${PROFILE_ONLY:-}" ] && exit 0
 
-# diverged deep Post-LN runs are an expected outcome; two jobs at a time, one thread each
-OMP_NUM_THREADS=1 train_sweep sweep "$SWEEP" experiment=study_depth \
-    model.n_layers=6,12,24 model.norm=pre,post,deepnorm seed="$SEEDS" \
-    hydra/launcher=joblib hydra.launcher.n_jobs=2 "$@"
+# diverged deep Post-LN runs are an expected outcome; JOBS at once (default 2, one thread each)
+train_sweep sweep "$SWEEP" experiment=study_depth \
+    model.n_layers="$DEPTHS" model.norm=pre,post,deepnorm seed="$SEEDS" "${AT_ONCE[@]}" "$@"
+analysis_follows
 
 BY=(--by model.norm model.n_layers)
 "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --metric test/bleu val/loss test/loss wall_s \

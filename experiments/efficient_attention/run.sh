@@ -11,6 +11,9 @@
 # when training or with MEASURE=1, cost.py's measurements (cost.md) on this machine.
 #   attnlab-reproduce efficient_attention --train    # this script
 #   attnlab-reproduce efficient_attention --check    # the analysis of the committed runs
+# Extra arguments go to every training run (trainer=gpu, trainer.max_steps=…); JOBS=1 runs the
+# two streams one after the other, CORPUS trains the LM sweeps on a corpus from attnlab-prepare
+# (MQAR keeps its own data; ../study.sh; the README's "Rerun on GPUs").
 source "$(dirname "$0")/../study.sh"
 SEEDS="${SEEDS:-0,1,2}"
 BASE="${SWEEP:-logs/study_efficient/$STAMP}"
@@ -23,19 +26,22 @@ MQAR="$(sweep_dir mqar "$BASE/mqar")"
 
 lm() {
   train_sweep lm "$LM" experiment=study_efficient_lm seed="$SEEDS" model.attention=$KINDS \
-    $LM_SPARSE "$@"
-  train_sweep lm_kv "$LM_KV" experiment=study_efficient_lm seed="$SEEDS" model.n_kv_heads=2,1 "$@"
+    $LM_SPARSE "${CORPUS_ARGS[@]}" "$@"
+  train_sweep lm_kv "$LM_KV" experiment=study_efficient_lm seed="$SEEDS" model.n_kv_heads=2,1 \
+    "${CORPUS_ARGS[@]}" "$@"
 }
 mqar() {
   train_sweep mqar "$MQAR" experiment=study_efficient_mqar seed="$SEEDS" model.attention=$KINDS \
     $MQAR_SPARSE "$@"
 }
-if [ -z "${SKIP_TRAIN:-}" ]; then
-  OMP_NUM_THREADS=1 lm "$@" > /dev/null & OMP_NUM_THREADS=1 mqar "$@" > /dev/null & wait
-fi
+if [ -z "${SKIP_TRAIN:-}" ]; then streams lm mqar "$@"; fi
+analysis_follows
 
 {
-  echo "## Language model: Tiny Shakespeare, blocks of 1024 characters, 600 steps"
+  # the committed setup, or the corpus and the arguments it was given
+  lm_data="Tiny Shakespeare, blocks of 1024 characters"
+  if [ -n "${CORPUS:-}" ]; then lm_data="$CORPUS, blocks of 1024 tokens"; fi
+  echo "## Language model: $lm_data, 600 steps${*:+ (with $*)}"
   echo
   "$PY" -m attnlab.compare "$LM" --by model.attention --vs-best \
     --metric val/loss tokens_per_sec params
@@ -46,7 +52,7 @@ fi
     --vs sliding_window full --vs longformer full --vs bigbird full --vs linear full \
     | grep '^Welch\|^In each line'
   echo
-  echo "## MQAR: 8 key-value pairs, a gap of 64, 8 queries (96 tokens), 2000 steps"
+  echo "## MQAR: 8 key-value pairs, a gap of 64, 8 queries (96 tokens), 2000 steps${*:+ (with $*)}"
   echo
   "$PY" -m attnlab.compare "$MQAR" --by model.attention --vs-best \
     --metric val/acc test/acc val/loss tokens_per_sec

@@ -9,6 +9,10 @@
 #   attnlab-reproduce mup_transfer --train    # this script
 #   attnlab-reproduce mup_transfer --check    # the analysis of the committed runs
 #   GATE=1 experiments/mup_transfer/run.sh      # also the gate (nanoGPT at the study's shape)
+# WIDTHS, LRS and LRS_HIGH (the two learning-rate sweeps), SEEDS and BASE_WIDTH (μP's) default
+# to the committed study's; extra arguments go to every training run (trainer.max_steps=…);
+# JOBS=1 runs SP's and μP's sweeps one after the other, CORPUS trains on a corpus from
+# attnlab-prepare (../study.sh; the README's "Rerun on GPUs" has the command).
 source "$(dirname "$0")/../study.sh"
 
 # the gate: the unmodified nanoGPT at the study's shape and budget, width 256 (GATE=1)
@@ -19,27 +23,29 @@ if [ -n "${GATE:-}" ]; then
     --weight_decay=0.0 --grad_clip=0.0 --eval_interval=100 --log_interval=100 --eval_iters=16
 fi
 BASE="${SWEEP:-logs/study_mup_transfer/$STAMP}"
-WIDTHS=32,64,128,256
-LRS=0.000488,0.000977,0.00195,0.00391,0.00781,0.0156
-LRS_HIGH=0.0313,0.0625
+WIDTHS="${WIDTHS:-32,64,128,256}"
+LRS="${LRS:-0.000488,0.000977,0.00195,0.00391,0.00781,0.0156}"
+LRS_HIGH="${LRS_HIGH:-0.0313,0.0625}"
+BASE_WIDTH="${BASE_WIDTH:-32}"
 SP="$(sweep_dir sp "$BASE/sp")" MUP="$(sweep_dir mup "$BASE/mup")"
 SP_HIGH="$(sweep_dir sp_high "$BASE/sp_high")" MUP_HIGH="$(sweep_dir mup_high "$BASE/mup_high")"
 
 grid() {  # PARAM NAME SWEEP LRS [OVERRIDE...]
   local base=()  # μP's own key: its base width (SP reads none)
-  [ "$1" = mup ] && base=(model.mup_base_width=32)
+  if [ "$1" = mup ]; then base=(model.mup_base_width="$BASE_WIDTH"); fi
+  local seeds=()  # the committed runs: the config's seed, 0
+  if [ -n "${SEEDS:-}" ]; then seeds=(seed="$SEEDS"); fi
   train_sweep "$2" "$3" experiment=study_mup_transfer model.param="$1" \
-    model.d_model="$WIDTHS" optim.lr="$4" "${base[@]}" "${@:5}"
+    model.d_model="$WIDTHS" optim.lr="$4" "${seeds[@]}" "${base[@]}" "${CORPUS_ARGS[@]}" "${@:5}"
 }
 both() {  # PARAM SWEEP HIGH_SWEEP [OVERRIDE...]
   grid "$1" "$1" "$2" "$LRS" "${@:4}"
   grid "$1" "$1_high" "$3" "$LRS_HIGH" "${@:4}"
 }
-if [ -z "${SKIP_TRAIN:-}" ]; then
-  OMP_NUM_THREADS=1 both sp "$SP" "$SP_HIGH" "$@" > /dev/null &
-  OMP_NUM_THREADS=1 both mup "$MUP" "$MUP_HIGH" "$@" > /dev/null &
-  wait
-fi
+sp() { both sp "$SP" "$SP_HIGH" "$@"; }
+mup() { both mup "$MUP" "$MUP_HIGH" "$@"; }
+if [ -z "${SKIP_TRAIN:-}" ]; then streams sp mup "$@"; fi
+analysis_follows
 
 "$PY" "$HERE/transfer.py" --sp "$SP" "$SP_HIGH" --mup "$MUP" "$MUP_HIGH" --out "$OUT"
 # μP's coordinate check at widths 64 … 1024 on the same text (a few minutes; with --train or

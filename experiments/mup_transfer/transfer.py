@@ -5,8 +5,10 @@ usage: transfer.py --sp SWEEP [SWEEP ...] --mup SWEEP [SWEEP ...] --out FOLDER
 For each parametrisation: the final validation loss of every (width, learning rate) run, the
 best learning rate per width on the grid and where a parabola through the best point and
 its two neighbours (in log2 lr) puts the optimum, and the drift of that optimum from the
-narrowest to the widest model (in octaves: 1.0 = the best LR halves). A run that diverged
-or did not finish is shown as "div." and counts as infinitely bad.
+narrowest to the widest model (in octaves: 1.0 = the best LR halves) and the slope of that
+optimum against width over every width (log-log). A cell with several
+runs (seeds) is their mean, and each table says how many runs each cell holds. A run that
+diverged or did not finish counts as infinitely bad, so a cell with one is shown as "div.".
 """
 
 from __future__ import annotations
@@ -14,22 +16,49 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from statistics import fmean, linear_regression
 
 from attnlab.compare.runs import load_runs
 
 METRIC = "val/loss"
 
 
-def grid(sweeps: list[str]) -> dict[int, dict[float, float]]:
-    """{width: {lr: final val/loss (inf when it did not complete)}}."""
-    out: dict[int, dict[float, float]] = {}
+@dataclass
+class Grid:
+    """One parametrisation's runs: the mean final loss and the number of runs of each cell."""
+
+    losses: dict[int, dict[float, float]]  # {width: {lr: mean final val/loss, inf if any failed}}
+    counts: dict[int, dict[float, int]]  # {width: {lr: runs}}
+    steps: set[int]  # the runs' trainer.max_steps
+
+
+def grid(sweeps: list[str]) -> Grid:
+    """Every run of ``sweeps`` in its (width, lr) cell, averaged over the cell's seeds."""
+    cells: dict[int, dict[float, list[float]]] = {}
+    steps = set()
     for run in load_runs(sweeps):
         width = int(run.config["model"]["d_model"])
         lr = float(run.config["optim"]["lr"])
+        steps.add(int(run.config["trainer"]["max_steps"]))
         loss = run.metrics.get(METRIC, math.inf) if run.completed else math.inf
-        out.setdefault(width, {})[lr] = loss if math.isfinite(loss) else math.inf
-    return {w: dict(sorted(row.items())) for w, row in sorted(out.items())}
+        cells.setdefault(width, {}).setdefault(lr, []).append(loss)
+    losses = {
+        w: {lr: fmean(runs) if all(map(math.isfinite, runs)) else math.inf
+            for lr, runs in sorted(row.items())}
+        for w, row in sorted(cells.items())
+    }  # fmt: skip
+    counts = {w: {lr: len(runs) for lr, runs in sorted(row.items())} for w, row in cells.items()}
+    return Grid(losses, counts, steps)
+
+
+def runs_per_cell(grids: list[Grid]) -> str:
+    """How many seeds the cells hold: '1 seed', '3 seeds' or '1–3 seeds per cell'."""
+    counts = sorted({n for g in grids for row in g.counts.values() for n in row.values()})
+    if len(counts) == 1:
+        return f"{counts[0]} seed" + ("s" if counts[0] > 1 else "")
+    return f"{counts[0]}–{counts[-1]} seeds per cell"
 
 
 def optimum(losses: dict[float, float]) -> tuple[float, float]:
@@ -52,8 +81,18 @@ def optimum(losses: dict[float, float]) -> tuple[float, float]:
     return best, 2 ** (-b / (2 * a))
 
 
-def table(name: str, losses: dict[int, dict[float, float]]) -> list[str]:
+def transfer_slope(optima: dict[int, float]) -> float:
+    """The least-squares slope of log2(fitted optimum) against log2(width), over every width."""
+    widths = list(optima)
+    return linear_regression([math.log2(w) for w in widths],
+                             [math.log2(optima[w]) for w in widths]).slope  # fmt: skip
+
+
+def table(name: str, cells: Grid) -> list[str]:
+    losses = cells.losses
     lrs = sorted({lr for row in losses.values() for lr in row})
+    counts = {n for row in cells.counts.values() for n in row.values()}
+    uneven = len(counts) > 1  # then each cell shows its own number of runs
     lines = [
         f"### {name}: final validation loss (best per width in bold)",
         "",
@@ -64,13 +103,21 @@ def table(name: str, losses: dict[int, dict[float, float]]) -> list[str]:
     for width, row in losses.items():
         best, fitted = optimum(row)
         optima[width] = fitted
-        cells = []
+        shown = []
         for lr in lrs:
             loss = row.get(lr)
             text = "—" if loss is None else ("div." if math.isinf(loss) else f"{loss:.3f}")
-            cells.append(f"**{text}**" if lr == best else text)
-        lines.append(f"| {width} | " + " | ".join(cells) + f" | {best:.3g} | {fitted:.3g} |")
+            text = f"**{text}**" if lr == best else text
+            if uneven and loss is not None:
+                text += f" (n={cells.counts[width][lr]})"
+            shown.append(text)
+        lines.append(f"| {width} | " + " | ".join(shown) + f" | {best:.3g} | {fitted:.3g} |")
     widths = list(optima)
+    slope_line = [] if len(widths) < 2 else [  # one width has no slope
+        f"Fitted optimum against width over all {len(widths)} widths: a log-log slope of "
+        f"{transfer_slope(optima):+.2f} (least squares; -1: the optimum falls as 1/width, "
+        "0: it stays put)."
+    ]
     drift = math.log2(optima[widths[0]] / optima[widths[-1]])
     bests = [min(row.values()) for row in losses.values()]
     lines += [
@@ -78,8 +125,12 @@ def table(name: str, losses: dict[int, dict[float, float]]) -> list[str]:
         f"Fitted optimum from width {widths[0]} to {widths[-1]}: {optima[widths[0]]:.3g} → "
         f"{optima[widths[-1]]:.3g}, a drift of {drift:+.2f} octaves (positive: the best LR "
         "falls as the width grows).",
+        *slope_line,
         "Best loss per width: " + ", ".join(f"{w}: {b:.3f}" for w, b in zip(widths, bests,
                                                                             strict=True)) + ".",
+        f"Runs per cell (seeds, averaged): {min(counts)} to {max(counts)}, as (n=…) shows."
+        if uneven
+        else f"Runs per cell (seeds, averaged): {min(counts)} in every cell.",
     ]
     return lines
 
@@ -119,11 +170,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     grids = {"SP": grid(args.sp), "μP": grid(args.mup)}
-    lines = ["## Learning-rate transfer: Tiny Shakespeare, 2-layer decoder, 400 steps, 1 seed", ""]
-    for name, losses in grids.items():
-        lines += table(name, losses) + [""]
+    steps = "/".join(str(n) for n in sorted(set.union(*(g.steps for g in grids.values()))))
+    seeds = runs_per_cell(list(grids.values()))
+    lines = [f"## Learning-rate transfer: {steps} steps, {seeds}", ""]
+    for name, cells in grids.items():
+        lines += table(name, cells) + [""]
     (args.out / "transfer.md").write_text("\n".join(lines), encoding="utf-8")
-    plot(grids, args.out / "transfer.png")
+    plot({name: cells.losses for name, cells in grids.items()}, args.out / "transfer.png")
     print("\n".join(lines))
     return 0
 

@@ -8,22 +8,30 @@
 #   SEEDS=0,1 experiments/preln_vs_postln_warmup/run.sh          # fewer seeds
 #   GATE=1 experiments/preln_vs_postln_warmup/run.sh   # also the gate run (the baseline for
 #                                           4 epochs, ≈ 10 min at one thread) into runs/gate
-# Extra arguments go to every training run (trainer.max_steps=…).
+#   JOBS=1 WARMUP=360 LRS=2.5e-4,5e-4,1e-3,2e-3,4e-3 experiments/preln_vs_postln_warmup/run.sh \
+#       trainer=gpu trainer.max_steps=3600
+#                                           # on one GPU, one run at a time (README: Rerun on GPUs)
+# Extra arguments go to every training run (trainer.max_steps=…); WARMUP is the warmup arm's
+# steps (50: 10 % of the 500-step run), LRS the peak rates. JOBS, PLAN: see ../study.sh.
 source "$(dirname "$0")/../study.sh"
+no_corpus Multi30k
 SEEDS="${SEEDS:-0,1,2}"
+WARMUP="${WARMUP:-50}"
+LRS="${LRS:-5e-4,1e-3,2e-3}"
 SWEEP="$(sweep_dir sweep "${SWEEP:-logs/study_preln_postln/multiruns/$STAMP}")"
 
-# diverged Post-LN runs are an expected outcome here; two jobs at a time, one thread each
-OMP_NUM_THREADS=1 train_sweep sweep "$SWEEP" experiment=study_preln_postln \
-    model.norm=pre,post optim.warmup_steps=0,50 optim.lr=5e-4,1e-3,2e-3 seed="$SEEDS" \
-    hydra/launcher=joblib hydra.launcher.n_jobs=2 "$@"
+# diverged Post-LN runs are an expected outcome here; JOBS at once (default 2, one thread each)
+train_sweep sweep "$SWEEP" experiment=study_preln_postln \
+    model.norm=pre,post optim.warmup_steps=0,"$WARMUP" optim.lr="$LRS" seed="$SEEDS" \
+    "${AT_ONCE[@]}" "$@"
 
 # the gate: the baseline (Pre-LN, warmup 50, lr 1e-3) at multi30k_base's budget of 4 epochs
 if [ -n "${GATE:-}" ]; then
-  OMP_NUM_THREADS=1 train_sweep gate "logs/gates/preln_baseline_4ep_$STAMP" \
-    experiment=study_preln_postln model.norm=pre optim.warmup_steps=50 optim.lr=1e-3 \
+  train_sweep gate "logs/gates/preln_baseline_4ep_$STAMP" \
+    experiment=study_preln_postln model.norm=pre optim.warmup_steps="$WARMUP" optim.lr=1e-3 \
     trainer.max_steps=-1 trainer.max_epochs=4
 fi
+analysis_follows
 # one run: its warning about fewer than 3 runs is dropped, any error still shows
 "$PY" -m attnlab.compare "$RUNS/gate" --metric test/bleu val/bleu val/loss test/loss \
   > "$OUT/gate.md" 2> >(grep -v '^warning: ' >&2)
@@ -38,12 +46,13 @@ BY=(--by model.norm optim.warmup_steps optim.lr)
   # each of the six settings (one test per setting, never pooled over settings that share
   # seeds)
   setting() { echo "model.norm=$1 optim.warmup_steps=$2 optim.lr=$3"; }
-  WARMUP=() NORM=()
-  for lr in 0.0005 0.001 0.002; do
+  WITH_WARMUP=() NORM=()
+  # the rates as the tables spell them (5e-4: 0.0005)
+  for lr in $("$PY" -c 'import sys; print(*map(float, sys.argv[1].split(",")))' "$LRS"); do
     for norm in post pre; do
-      WARMUP+=(--vs "$(setting "$norm" 50 "$lr")" "$(setting "$norm" 0 "$lr")")
+      WITH_WARMUP+=(--vs "$(setting "$norm" "$WARMUP" "$lr")" "$(setting "$norm" 0 "$lr")")
     done
-    for warmup in 0 50; do
+    for warmup in 0 "$WARMUP"; do
       NORM+=(--vs "$(setting pre "$warmup" "$lr")" "$(setting post "$warmup" "$lr")")
     done
   done
@@ -52,7 +61,7 @@ BY=(--by model.norm optim.warmup_steps optim.lr)
     "$PY" -m attnlab.compare "$SWEEP" "${BY[@]}" --metric "$@" | grep '^Welch\|^In each line'
   }
   for metric in test/bleu val/loss; do
-    planned "$metric" "${WARMUP[@]}"
+    planned "$metric" "${WITH_WARMUP[@]}"
     planned "$metric" "${NORM[@]}"
   done
   # §3.3: the gradient ratio at initialisation and during training (read from metrics.csv)

@@ -19,7 +19,10 @@
 #   baseline_wsd     the baseline with the recipe's schedule, at 1e-3
 #   baseline_lr_wsd  the same at baseline_lr's rate
 # STAGE=tune|more|seeds runs one stage, ONLY=ARM one arm (the study ran in these pieces).
+# Extra arguments go to every training run (trainer=gpu, …); JOBS=1 trains one run at a time
+# (../study.sh; the README's "Rerun on GPUs"). The target loss is Tiny Shakespeare's: no CORPUS.
 source "$(dirname "$0")/../study.sh"
+no_corpus "Tiny Shakespeare (the target, val/loss 1.885, is that text's)"
 SEEDS="${SEEDS:-0,1,2}"
 export ATTNLAB_DATA_ROOT="${ATTNLAB_DATA_ROOT:-data}"
 
@@ -57,14 +60,14 @@ declare -A MORE=(
 TUNED=(recipe recipe_no_muon recipe_no_wsd baseline)
 ARMS=("${TUNED[@]}" baseline_muon baseline_wsd baseline_lr baseline_lr_wsd)
 
-tune() {  # tune NAME ARM RATES [OVERRIDE ...]: a grid of arm ARM, tuning seed 100, 2 jobs at once
+tune() {  # tune NAME ARM RATES [OVERRIDE ...]: a grid of arm ARM, tuning seed 100, JOBS at once
   local name="$1" arm="$2" rates="$3"
   shift 3
   # shellcheck disable=SC2086  # the arm's overrides are words
-  OMP_NUM_THREADS=1 train_sweep "$name" \
+  train_sweep "$name" \
     "$(sweep_dir "$name" "logs/study_speedrun/multiruns/${name}_$STAMP")" ${ARM[$arm]} \
     experiment_name="$arm" optim.lr="$rates" seed=100 test=false \
-    hydra/launcher=joblib hydra.launcher.n_jobs=2 "$@"
+    "${AT_ONCE[@]}" "$@"
 }
 # STAGE=tune|more|seeds: one stage only; ONLY=ARM: one arm
 stage() { [ -z "${STAGE:-}" ] || [ "$STAGE" = "$1" ]; }
@@ -75,7 +78,7 @@ for arm in "${TUNED[@]}"; do
 done
 
 # three fresh seeds per arm: the recipe's arms at their grid's best rate (lr_grid.md), the
-# baseline's at one rate each; two jobs at a time
+# baseline's at one rate each; JOBS at a time
 declare -A RATE=(
   [recipe]=6e-3
   [recipe_no_muon]=4e-3
@@ -90,12 +93,13 @@ for arm in "${ARMS[@]}"; do
   [ -n "${ONLY:-}" ] && [ "$ONLY" != "$arm" ] && continue
   stage seeds || continue
   # shellcheck disable=SC2086
-  OMP_NUM_THREADS=1 train_sweep "$arm" \
+  train_sweep "$arm" \
     "$(sweep_dir "$arm" "logs/study_speedrun/multiruns/${arm}_$STAMP")" ${ARM[$arm]} \
     experiment_name="$arm" optim.lr="${RATE[$arm]}" seed="$SEEDS" test=false \
-    hydra/launcher=joblib hydra.launcher.n_jobs=2 "$@"
+    "${AT_ONCE[@]}" "$@"
 done
 [ -n "${ONLY:-}${STAGE:-}" ] && exit 0
+analysis_follows
 
 # the analysis: every sweep is read from runs/ (or, while training, where it was written)
 sweeps() { for s in "$@"; do sweep_dir "$s" "$RUNS/$s"; done; }
