@@ -1,8 +1,9 @@
-"""``attnlab-train [overrides] [-m]``: train (fit, then test on the best checkpoint).
+"""``attnlab-train [overrides] [-m]``: train a model (fit, then test on the best checkpoint).
 
-attnlab-train model=decoder_only model.norm=post data=copy seed=1
-attnlab-train -m model=decoder_only,encoder_decoder model.norm=pre,post
-attnlab-train --options      # every value of every registry-backed key, with its reference
+  attnlab-train model=decoder_only data=shakespeare_char model.norm=post seed=1
+  attnlab-train -m model=decoder_only,encoder_decoder model.norm=pre,post   # a sweep
+  attnlab-train --options      # every value of every model.*/optim.* key that takes a name
+  attnlab-train --hydra-help   # Hydra's own flags
 """
 
 from __future__ import annotations
@@ -134,10 +135,11 @@ def _main(argv: list[str] | None) -> int:
         conf = str(config_dir())
     overrides, multirun, flags = _split(argv)
     if "--help" in argv or "-h" in argv:
+        from attnlab.cli.common import plain_text
         from attnlab.cli.help import help_text
 
         with user_errors():
-            print(help_text(config_dir(), overrides))
+            print(help_text(config_dir(), overrides, plain_text(__doc__ or "")))
         return 0
     SweepStatus.failed, PreFlight.checked, PreFlight.log_dir = [], None, None
     if multirun or flags:  # Hydra's own app: a sweep, --cfg, --info…
