@@ -52,7 +52,7 @@ def compose_run(overrides: list[str], run_dir: Path) -> DictConfig:
 
 def train_fast(overrides: list[str], run_dir: Path) -> dict[str, Any]:
     """``attnlab.train.train`` on a fast_dev_run of a tiny model; returns its result."""
-    from attnlab.train import train
+    from attnlab.cli.run import train
 
     run_dir.mkdir(parents=True, exist_ok=True)  # Hydra creates it in a real run
     args = [*sized(TINY_MODEL, overrides), *FAST_DEV_RUN, *overrides]

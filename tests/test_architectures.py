@@ -189,7 +189,7 @@ VIT_FAST = ["model=vit", "data=digits", *TINY_MODEL, "trainer.fast_dev_run=true"
 @pytest.mark.parametrize("pos", ["learned", "learned_2d", "sinusoidal_2d"])
 @pytest.mark.parametrize("norm", ["pre", "post"])
 def test_the_vit_ablation_axes_train_through_the_configs(pos: str, norm: str, tmp_path: Path):
-    from attnlab.train import train
+    from attnlab.cli.run import train
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -203,7 +203,7 @@ def test_a_vit_run_is_evaluated_from_its_directory(tmp_path: Path, capsys) -> No
     from omegaconf import OmegaConf
 
     from attnlab import eval as attnlab_eval
-    from attnlab.train import train
+    from attnlab.cli.run import train
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()

@@ -113,7 +113,7 @@ def test_a_restored_loader_continues_with_the_next_unseen_samples(folder: Path, 
 
 def test_a_short_train_run_reads_the_shards_and_logs_a_val_loss(folder: Path, tmp_path: Path
                                                                 ) -> None:  # fmt: skip
-    from attnlab.train import train
+    from attnlab.cli.run import train
     from cli_runs import compose_run
 
     cfg = compose_run(["model=decoder_only", "data=tokens", f"data.path={folder}",
@@ -159,7 +159,7 @@ RESUME = [
 
 def test_a_resumed_run_on_tokens_ends_like_an_uninterrupted_one(folder: Path, tmp_path: Path
                                                                 ) -> None:  # fmt: skip
-    from attnlab.train import train
+    from attnlab.cli.run import train
     from cli_runs import compose_run
 
     def fit(run_dir: Path, steps: int, *extra: str) -> dict:
@@ -222,9 +222,9 @@ def test_a_run_with_the_document_mask_trains_and_bad_models_are_refused(
     folder: Path, tmp_path: Path
 ) -> None:
     from attnlab.cli.pipeline import check_document_mask
+    from attnlab.cli.run import train
     from attnlab.errors import ConfigError
     from attnlab.models import ModelConfig
-    from attnlab.train import train
     from cli_runs import compose_run
 
     cfg = compose_run(["model=decoder_only", "data=tokens", f"data.path={folder}",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from attnlab.train import train
+from attnlab.cli.run import train
 from cli_runs import compose_run
 
 RUN = [

@@ -177,7 +177,7 @@ def test_diagnostics_run_for_every_architecture_and_task(
 ) -> None:
     if data == "shakespeare_char":
         request.getfixturevalue("shared_data")  # skips when the real data is absent
-    from attnlab.train import train
+    from attnlab.cli.run import train
 
     cfg = compose([
         f"model={model}", f"data={data}", "callbacks=diagnostics",

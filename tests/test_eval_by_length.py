@@ -39,7 +39,7 @@ def test_bad_bucket_edges_are_one_line(value: str) -> None:
 
 
 def test_eval_prints_bleu_by_source_length(tmp_path: Path, capsys) -> None:
-    from attnlab.train import train
+    from attnlab.cli.run import train
 
     folder = tmp_path / "data"
     folder.mkdir()

@@ -24,8 +24,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from attnlab import train as attnlab_train
 from attnlab.cli.compose import compose_config, validate_overrides
+from attnlab.cli.run import as_user_error
 from composed_runs import compose_run
 from fuzzing import (
     DEFAULT,
@@ -110,7 +110,7 @@ def decide(args: list[str]) -> str:
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
     if isinstance(outcome, BaseException):
-        user = attnlab_train.as_user_error(outcome) if isinstance(outcome, Exception) else None
+        user = as_user_error(outcome) if isinstance(outcome, Exception) else None
         assert user is not None, "".join(traceback.format_exception(outcome))
         return "refused in the job"
     return "accepted"

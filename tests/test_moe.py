@@ -163,7 +163,7 @@ def test_bad_moe_keys_are_refused_in_one_line(overrides: dict, message: str) -> 
 
 
 def test_a_moe_run_trains_logs_its_routing_and_saves_its_bias(tmp_path: Path) -> None:
-    from attnlab.train import train
+    from attnlab.cli.run import train
 
     overrides = [
         "data=copy", "model=decoder_only", "model.d_model=16", "model.n_heads=2",
@@ -214,7 +214,7 @@ def test_the_coordinate_check_measures_a_mixture_as_one_ffn_per_layer() -> None:
 def test_the_bias_moves_once_per_optimizer_step_over_accumulated_batches(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from attnlab.train import train
+    from attnlab.cli.run import train
 
     loads: list[float] = []  # at each bias update
     forwards: list[float] = []  # assignments of each training forward

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from attnlab import train as attnlab_train
+from attnlab.cli.run import train
 from attnlab.errors import ConfigError
 from attnlab.models import ModelConfig
 from attnlab.models.parametrization import lr_multipliers
@@ -23,7 +24,6 @@ from attnlab.optim.schedules import lr_multiplier
 from attnlab.options import OPTIMISERS as OPTIMISER_NAMES
 from attnlab.options import SCHEDULES as SCHEDULE_NAMES
 from attnlab.tasks.base import Task
-from attnlab.train import train
 from cli_runs import TINY, compose_run
 from test_bad_inputs import one_error_line
 

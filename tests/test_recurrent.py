@@ -260,7 +260,7 @@ def test_trains_one_fast_dev_run_on_seq2seq_and_classification(tmp_path: Path, d
 
 
 def test_trains_one_fast_dev_run_as_a_character_language_model(tmp_path: Path) -> None:
-    from attnlab.train import train
+    from attnlab.cli.run import train
 
     text = tmp_path / "text.txt"
     text.write_text("the quick brown fox jumps over the lazy dog.\n" * 40)
@@ -276,7 +276,7 @@ def test_trains_one_fast_dev_run_as_a_character_language_model(tmp_path: Path) -
 
 
 def test_bahdanau_attention_learns_to_reverse_short_sequences(tmp_path: Path) -> None:
-    from attnlab.train import train
+    from attnlab.cli.run import train
 
     cfg = compose_run([
         "model=rnn", "model.rnn_attention=bahdanau", "model.d_model=64", "model.n_layers=1",

@@ -15,8 +15,8 @@ from omegaconf import OmegaConf
 
 from attnlab.callbacks.resume import AtomicCheckpointIO, RngState
 from attnlab.cli.compose import find_last_run
+from attnlab.cli.run import train
 from attnlab.data.sampling import EpochRandomSampler, ResumableDataLoader
-from attnlab.train import train
 from cli_runs import compose_run
 
 # 128 examples in batches of 32: 4 steps per epoch; 12 steps = 3 epochs. Validation every

@@ -195,8 +195,8 @@ def test_the_slurm_launcher_config_makes_a_valid_sbatch_script(
 def test_a_nan_loss_stops_the_run_and_marks_it_diverged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from attnlab.cli.run import train
     from attnlab.tasks.base import Task
-    from attnlab.train import train
 
     real_loss = Task.loss
     monkeypatch.setattr(Task, "loss", lambda self, *a, **k: real_loss(self, *a, **k) * float("nan"))

@@ -1,8 +1,9 @@
-"""``attnlab-train [overrides] [-m]``: train (fit, then test on the best checkpoint).
+"""``attnlab-train [overrides] [-m]``: train a model (fit, then test on the best checkpoint).
 
-attnlab-train model=decoder_only model.norm=post data=copy seed=1
-attnlab-train -m model=decoder_only,encoder_decoder model.norm=pre,post
-attnlab-train --options      # every value of every registry-backed key, with its reference
+  attnlab-train model=decoder_only data=shakespeare_char model.norm=post seed=1
+  attnlab-train -m model=decoder_only,encoder_decoder model.norm=pre,post   # a sweep
+  attnlab-train --options      # every value of every model.*/optim.* key that takes a name
+  attnlab-train --hydra-help   # Hydra's own flags
 """
 
 from __future__ import annotations
@@ -46,16 +47,6 @@ def run_job(cfg: Any) -> float | None:
         return record.run(cfg, checked)
 
 
-def __getattr__(name: str) -> Any:
-    """``train``, ``as_user_error`` and ``EXIT_CODES`` live in :mod:`attnlab.cli.run`
-    (imported when first asked for, so ``--help`` stays free of torch)."""
-    if name in ("train", "as_user_error", "EXIT_CODES"):
-        from attnlab.cli import run
-
-        return getattr(run, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 # Hydra runs in one of these modes; it refuses two at once with a traceback
 HYDRA_MODES = {"-m": "--multirun", "--multirun": "--multirun", "-r": "--run", "--run": "--run",
                "-c": "--cfg", "--cfg": "--cfg", "-i": "--info", "--info": "--info",
@@ -77,45 +68,22 @@ def _split(argv: list[str]) -> tuple[list[str], bool, bool]:
     return overrides, multirun, flags
 
 
-@contextlib.contextmanager
-def _cleared_on_refusal() -> Any:
-    """A refused run leaves no Hydra instance behind (main() may be called again)."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    try:
-        yield
-    except BaseException:
-        GlobalHydra.instance().clear()
-        raise
-
-
-def _composed_once(one: Any, overrides: list[str]) -> list[str]:
-    """A single run's overrides, composed once, or once more when ``ckpt_path=last`` found
-    its run (then with that run's directory and last.ckpt)."""
-    from attnlab.cli.compose import resume_overrides, split_sweeps
-
-    split_sweeps(overrides, multirun=False)
-    resumed = resume_overrides(one.compose(overrides), overrides)
-    if resumed != overrides:
-        one.compose(resumed)
-    return resumed
-
-
-def _launch(app: Any, argv: list[str], where: Any, check: list[str] | None = None) -> None:
+def _launch(app: Any, argv: list[str], check: list[str] | None = None) -> None:
     """Run ``app`` with ``argv`` as the process's arguments: ``hydra.main`` reads them there
-    only. ``where()``: the folder the run's files go to, named by a full disk's error;
-    ``check``: a sweep's overrides, checked again to name what Hydra refused to compose."""
+    only, and Lightning's launcher starts the other ranks of a run with them. ``check``: a
+    sweep's overrides, checked again to name what Hydra refused to compose."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     from attnlab.cli.compose import validate_overrides
+    from attnlab.cli.hydra_callbacks import PreFlight
     from attnlab.cli.rundir import release_all
 
     saved_argv = sys.argv
     sys.argv = [saved_argv[0] if saved_argv else "attnlab-train", *argv]
     try:
-        with hydra_errors(where):
+        with hydra_errors(lambda: PreFlight.log_dir):  # a full disk names the run's folder
             try:
                 app()
             except (HydraException, OmegaConfBaseException):
@@ -150,9 +118,9 @@ def _leave(signum: int, frame: object) -> None:
 def _main(argv: list[str] | None) -> int:
     import hydra
 
+    from attnlab.cli import launch
     from attnlab.cli.compose import quote_non_ascii
     from attnlab.cli.hydra_callbacks import PreFlight, SweepStatus
-    from attnlab.cli.launch import OneComposition
 
     quiet_environment()
     register_resolvers()
@@ -167,21 +135,22 @@ def _main(argv: list[str] | None) -> int:
         conf = str(config_dir())
     overrides, multirun, flags = _split(argv)
     if "--help" in argv or "-h" in argv:
+        from attnlab.cli.common import plain_text
         from attnlab.cli.help import help_text
 
         with user_errors():
-            print(help_text(config_dir(), overrides))
+            print(help_text(config_dir(), overrides, plain_text(__doc__ or "")))
         return 0
     SweepStatus.failed, PreFlight.checked, PreFlight.log_dir = [], None, None
     if multirun or flags:  # Hydra's own app: a sweep, --cfg, --info…
-        app = hydra.main(config_path=conf, config_name="config", version_base="1.3")(run_job)
+        app = hydra.main(config_path=conf, config_name=launch.CONFIG_NAME,
+                         version_base=launch.VERSION_BASE)(run_job)
         argv = sorted(argv, key=lambda a: a not in ("-m", "--multirun"))  # argparse: -m first
-        _launch(app, argv, lambda: PreFlight.log_dir, overrides if multirun else None)
+        _launch(app, argv, overrides if multirun else None)
     else:  # a single run: composed once, run as Hydra runs it (PreFlight checks it first)
-        with user_errors(), _cleared_on_refusal():
-            one = OneComposition(conf)
-            overrides = _composed_once(one, overrides)
-        _launch(functools.partial(one.run, run_job), overrides, lambda: PreFlight.log_dir)
+        with user_errors():
+            cfg, overrides = launch.compose_run(conf, overrides)
+        _launch(functools.partial(launch.run, cfg, run_job), overrides)
     return 1 if SweepStatus.failed else 0
 
 

@@ -167,7 +167,6 @@ def run_key_value_command(
 
     quiet_environment()
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     try:
         with user_errors():
             args = list(sys.argv[1:] if argv is None else argv)

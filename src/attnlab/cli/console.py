@@ -1,13 +1,10 @@
-"""What a researcher sees: the start banner, ``train.log``, one line per job in parallel sweeps.
+"""What a researcher sees: the start banner and ``train.log``.
 
 * The banner (single runs): the composed config as a rich tree (as the
   lightning-hydra-template's ``print_config_tree``), then the run directory,
   the parameter count and the device.
 * ``<run_dir>/train.log``: everything the run prints to stdout and stderr,
   without the progress bar's redraws (cursor-control sequences) or colours.
-* Jobs of a parallel sweep (joblib) share one terminal: their bars would
-  overwrite each other, so each job prints one line when it starts and one
-  when it ends instead.
 """
 
 from __future__ import annotations
@@ -125,12 +122,3 @@ def log_to_file(run_dir: Path) -> Iterator[None]:
         except OSError as exc:  # the last lines could not be written: the disk is full
             print(f"warning: {log.name} is incomplete ({exc.strerror or exc})", file=sys.stderr)
 
-
-def parallel_launcher(hydra_cfg: Any) -> bool:
-    """Whether the sweep's jobs run side by side in one terminal (joblib)."""
-    target = str((hydra_cfg.get("launcher") or {}).get("_target_", ""))
-    return "joblib" in target.lower()
-
-
-def job_line(number: int, overrides: list[str], what: str) -> str:
-    return f"job {number} [{' '.join(overrides)}] {what}"

@@ -12,15 +12,6 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-USAGE = """\
-attnlab-train [overrides] [-m]: train a model (fit, then test on the best checkpoint).
-
-  attnlab-train model=decoder_only data=shakespeare_char model.norm=post seed=1
-  attnlab-train -m model=decoder_only,encoder_decoder model.norm=pre,post   # a sweep
-  attnlab-train --options      # every value of every model.*/optim.* key that takes a name
-  attnlab-train --hydra-help   # Hydra's own flags
-"""
-
 
 def config_groups(conf: Path) -> dict[str, list[str]]:
     """{group: options} of the groups a run chooses from: those of the primary config's
@@ -35,13 +26,14 @@ def config_groups(conf: Path) -> dict[str, list[str]]:
             for group in sorted(names) if group != "hydra"}  # fmt: skip
 
 
-def help_text(conf: Path, overrides: list[str]) -> str:
+def help_text(conf: Path, overrides: list[str], usage: str = "") -> str:
+    """``usage``, then the config groups and the config composed with ``overrides``."""
     from attnlab.cli.compose import compose_config
 
     cfg_yaml = OmegaConf.to_yaml(compose_config(overrides))  # without Hydra's own node
     groups = "\n".join(f"{g}: {', '.join(o)}" for g, o in config_groups(conf).items())
     return (
-        f"{USAGE}\n== Configuration groups ==\n"
+        f"{usage}\n== Configuration groups ==\n"
         f"Compose your configuration from those groups (group=option)\n\n{groups}\n\n\n"
         f"== Config ==\nOverride anything in the config (foo.bar=value)\n\n{cfg_yaml}\n"
     )

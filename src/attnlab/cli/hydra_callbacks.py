@@ -82,16 +82,13 @@ def claim_run_dirs(cfg: Any, overrides: list[str], multirun: bool) -> Path:
     """Refuse run directories the run may not write (a finished run, a resume that does not
     match, a sweep to plan); return where the run's files go."""
     from attnlab.cli.resume_sweep import plan_sweep
-    from attnlab.cli.rundir import check_run_dirs, explicit_dir
+    from attnlab.cli.rundir import check_run_dirs
 
     resuming = cfg.get("ckpt_path") not in (None, "") or bool(cfg.get("resume"))
     if cfg.get("resume"):
         plan_sweep(overrides, multirun)
-    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    log_dir = explicit_dir(overrides, key) or Path(str(cfg.paths.log_dir)).absolute()
-    check_run_dirs(overrides, multirun, resuming, bool(cfg.get("overwrite")),
-                   str(cfg.paths.log_dir))  # fmt: skip
-    return log_dir
+    return check_run_dirs(overrides, multirun, resuming, bool(cfg.get("overwrite")),
+                          str(cfg.paths.log_dir))  # fmt: skip
 
 
 class SweepStatus(Callback):

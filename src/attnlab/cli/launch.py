@@ -2,14 +2,14 @@
 
 ``hydra.main`` composes an app's config twice (``Hydra.get_mode`` to read ``hydra.mode``,
 then ``Hydra.run``), and reads its arguments from ``sys.argv`` only. For a single run on
-the command line (no ``-m``, no Hydra flag but ``-r``)
-:class:`OneComposition` makes that one composition with Hydra's own node, the way
-``hydra.main`` would (the same config directory, job name, version base, ``hydra.mode=RUN``
-and Hydra's logging), and runs the job on it as ``Hydra.run`` does (``run_job`` between
-the callbacks' ``on_run_start``, where
-:class:`attnlab.cli.hydra_callbacks.PreFlight` checks it, and ``on_run_end``): Hydra's
-callbacks, ``.hydra/`` files, job logging and output directory are Hydra's. Sweeps keep
-``hydra.main``: the sweeper composes each job's config from its overrides.
+the command line (no ``-m``, no Hydra flag but ``-r``) :func:`compose_run` makes that one
+composition with Hydra's own node, the way ``hydra.main`` would (the same config
+directory, job name, version base, ``hydra.mode=RUN`` and Hydra's logging), and
+:func:`run` runs the job on it as ``Hydra.run`` does (``run_job`` between the callbacks'
+``on_run_start``, where :class:`attnlab.cli.hydra_callbacks.PreFlight` checks it, and
+``on_run_end``): Hydra's callbacks, ``.hydra/`` files, job logging and output directory
+are Hydra's. Sweeps keep ``hydra.main``: the sweeper composes each job's config from its
+overrides.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
 JOB_NAME = "train"  # hydra.job.name, as hydra.main names attnlab.train's jobs
@@ -25,54 +27,58 @@ CONFIG_NAME = "config"
 VERSION_BASE = "1.3"  # as attnlab's hydra.main and compose calls ask for
 
 
-class OneComposition:
-    """The one config of a single run, composed with Hydra's public ``compose``."""
+def compose_run(config_path: str, overrides: list[str]) -> tuple[DictConfig, list[str]]:
+    """A single run's config, Hydra's node included, and its overrides: composed once, or
+    once more when ``ckpt_path=last`` found its run (then with that run's directory and
+    last.ckpt). A refusal is one line, and leaves no Hydra instance behind."""
+    from hydra.core.utils import configure_log
 
-    def __init__(self, config_path: str) -> None:
-        self.config_path = config_path
-        self.cfg: DictConfig | None = None
+    from attnlab.cli.compose import resume_overrides, split_sweeps
 
-    def compose(self, overrides: list[str]) -> DictConfig:
-        """The run's config, Hydra's node included (checks skip it); errors as one line."""
-        from hydra import compose, initialize_config_dir
-        from hydra.core.global_hydra import GlobalHydra
-        from hydra.core.utils import configure_log
-
-        from attnlab.cli.compose import composition_error
-
+    split_sweeps(overrides, multirun=False)
+    try:
+        cfg = _compose(config_path, overrides)
+        resumed = resume_overrides(cfg, overrides)
+        if resumed != overrides:
+            cfg = _compose(config_path, resumed)
+    except BaseException:
         GlobalHydra.instance().clear()
-        initialize_config_dir(self.config_path, job_name=JOB_NAME, version_base=VERSION_BASE)
-        try:
-            self.cfg = compose(CONFIG_NAME, [*overrides, "hydra.mode=RUN"],
-                               return_hydra_config=True)  # fmt: skip
-        except Exception as exc:
-            GlobalHydra.instance().clear()
-            composition_error(exc, overrides)
-            raise
-        configure_log(self.cfg.hydra.hydra_logging, self.cfg.hydra.verbose)
-        return self.cfg
+        raise
+    configure_log(cfg.hydra.hydra_logging, cfg.hydra.verbose)
+    return cfg, resumed
 
-    def run(self, task_function: Callable[[DictConfig], Any]) -> Any:
-        """``Hydra.run`` on the composed config: the job's return value, or its exception."""
-        from hydra.core.global_hydra import GlobalHydra
-        from hydra.core.utils import run_job
-        from hydra.types import HydraContext
 
-        cfg = self.cfg
-        assert cfg is not None, "compose() first"
-        callbacks = HydraCallbacks(cfg)
-        callbacks.on_run_start(config=cfg, config_name=CONFIG_NAME)
-        loader = GlobalHydra.instance().config_loader()
-        ret = run_job(
-            hydra_context=HydraContext(config_loader=loader, callbacks=callbacks),
-            task_function=task_function,
-            config=cfg,
-            job_dir_key="hydra.run.dir",
-            job_subdir_key=None,
-            configure_logging=True,
-        )
-        callbacks.on_run_end(config=cfg, config_name=CONFIG_NAME, job_return=ret)
-        return ret.return_value  # re-raises the job's exception
+def _compose(config_path: str, overrides: list[str]) -> DictConfig:
+    from attnlab.cli.compose import composition_error
+
+    GlobalHydra.instance().clear()
+    initialize_config_dir(config_path, job_name=JOB_NAME, version_base=VERSION_BASE)
+    try:
+        return compose(CONFIG_NAME, [*overrides, "hydra.mode=RUN"], return_hydra_config=True)
+    except Exception as exc:
+        GlobalHydra.instance().clear()  # the error's hint composes again, without the node
+        composition_error(exc, overrides)  # the user's mistake: one line, exit code 2
+        raise
+
+
+def run(cfg: DictConfig, task_function: Callable[[DictConfig], Any]) -> Any:
+    """``Hydra.run`` on the composed config: the job's return value, or its exception."""
+    from hydra.core.utils import run_job
+    from hydra.types import HydraContext
+
+    callbacks = HydraCallbacks(cfg)
+    callbacks.on_run_start(config=cfg, config_name=CONFIG_NAME)
+    loader = GlobalHydra.instance().config_loader()
+    ret = run_job(
+        hydra_context=HydraContext(config_loader=loader, callbacks=callbacks),
+        task_function=task_function,
+        config=cfg,
+        job_dir_key="hydra.run.dir",
+        job_subdir_key=None,
+        configure_logging=True,
+    )
+    callbacks.on_run_end(config=cfg, config_name=CONFIG_NAME, job_return=ret)
+    return ret.return_value  # re-raises the job's exception
 
 
 class HydraCallbacks:

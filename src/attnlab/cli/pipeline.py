@@ -28,7 +28,7 @@ from attnlab.callbacks.resume import (
 )
 from attnlab.callbacks.stop import GracefulStop
 from attnlab.cli.components import component_class, needs_of, supplied
-from attnlab.cli.preflight import check_trains_here
+from attnlab.cli.preflight import check_trains_here, sharded, strategy_name
 from attnlab.data.base import AttnlabDataModule
 from attnlab.errors import CheckpointError, ConfigError, UserError
 from attnlab.model_config import ARCHITECTURES, ModelConfig
@@ -109,21 +109,12 @@ def local_rank() -> int:
     return 0
 
 
-def strategy_name(trainer: Any) -> str:
-    """``trainer.strategy`` as a lower-case name: its ``_target_`` when it is a mapping."""
-    strategy = trainer.get("strategy") if trainer is not None else None
-    if OmegaConf.is_dict(strategy) or isinstance(strategy, dict):
-        return str(strategy.get("_target_", "")).lower()
-    return str(strategy or "").lower()
-
-
 def shards(trainer: Any) -> int:
     """Over how many processes a sharded strategy (FSDP, DeepSpeed) splits the training
     state; 1 for the others, which keep a whole copy on each."""
     import torch
 
-    name = strategy_name(trainer)
-    if "fsdp" not in name and "deepspeed" not in name:
+    if not sharded(trainer):
         return 1
     devices = trainer.get("devices", 1)
     if OmegaConf.is_list(devices) or isinstance(devices, list):
@@ -299,7 +290,7 @@ def check_document_mask(model_cfg: ModelConfig) -> None:
 def data_parallel(trainer: Any) -> bool:
     """Whether the strategy is DDP that expects every parameter to get a gradient
     (``find_unused_parameters=False``, Lightning's default for ``ddp``)."""
-    name = strategy_name(trainer)
+    name = strategy_name(trainer).lower()
     if name.endswith("ddpstrategy"):
         return not trainer.strategy.get("find_unused_parameters")
     return name.startswith("ddp") and "find_unused_parameters_true" not in name

@@ -9,6 +9,7 @@ where the run is built, for callers that skip this step.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from attnlab.errors import ConfigError
@@ -40,15 +41,25 @@ def check_optimiser_strategy(optim: dict[str, Any], trainer: dict[str, Any]) -> 
     hands the optimiser flat shards of the weights (FSDP, DeepSpeed)."""
     from attnlab.optim.registry import OPTIMISERS
 
-    strategy = trainer.get("strategy")
-    name = str(strategy.get("_target_", "") if isinstance(strategy, dict) else strategy or "")
     optimiser = OPTIMISERS.get(optim.get("name", OPTIMISERS.default))
-    if not optimiser.shards and ("fsdp" in name.lower() or "deepspeed" in name.lower()):
+    if not optimiser.shards and sharded(trainer):
         raise ConfigError(
             f"optim.name={optimiser.name} needs each weight matrix whole, but the sharded "
-            f"strategy {name} hands the optimiser flat shards of them; use trainer=ddp, or "
-            "optim.name=adamw or lion under FSDP"
+            f"strategy {strategy_name(trainer)} hands the optimiser flat shards of them; use "
+            "trainer=ddp, or optim.name=adamw or lion under FSDP"
         )
+
+
+def strategy_name(trainer: Any) -> str:
+    """``trainer.strategy`` as a name: its ``_target_`` when it is a mapping."""
+    strategy = trainer.get("strategy") if trainer is not None else None
+    return str((strategy.get("_target_", "") if isinstance(strategy, Mapping) else strategy) or "")
+
+
+def sharded(trainer: Any) -> bool:
+    """Whether the strategy hands each process flat shards of the weights (FSDP, DeepSpeed)."""
+    name = strategy_name(trainer).lower()
+    return "fsdp" in name or "deepspeed" in name
 
 
 Z_LOSS_TASKS = ("lm", "seq2seq")  # task.z_loss: a language model's output softmax

@@ -74,6 +74,7 @@ def torch_threads() -> int | None:
     torch = sys.modules.get("torch")
     return torch.get_num_threads() if torch is not None else None
 
+
 class RunRecord:
     """What one run (a Hydra job) records and says: status, summary.json, lines, exit code."""
 
@@ -104,9 +105,7 @@ class RunRecord:
 
     # the lines it prints
     def say_job(self, what: str, flush: bool = False) -> None:
-        from attnlab.cli.console import job_line
-
-        print(job_line(self.job, self.overrides, what), flush=flush)
+        print(f"job {self.job} [{' '.join(self.overrides)}] {what}", flush=flush)
 
     def say_job_error(self, text: str) -> None:
         print(f"error: job {self.job}: {text}", file=sys.stderr)
@@ -178,7 +177,6 @@ class RunRecord:
 
         from omegaconf import open_dict
 
-        from attnlab.cli.console import parallel_launcher
         from attnlab.cli.resume_sweep import decide, recorded_value
 
         metric = str(cfg.get("optimized_metric", "val/loss"))
@@ -193,8 +191,10 @@ class RunRecord:
                 self.say_job("continues from its last.ckpt")
                 with open_dict(cfg):
                     cfg.ckpt_path = "last"  # this job's own checkpoints/last.ckpt
-        self.quiet = self.multirun and parallel_launcher(self.hydra_cfg)
-        if self.quiet:  # side-by-side jobs: one line each instead of bars overwriting each other
+        # jobs side by side in one terminal (joblib): one line each, not bars overwriting each other
+        launcher = str((self.hydra_cfg.get("launcher") or {}).get("_target_", ""))
+        self.quiet = self.multirun and "joblib" in launcher.lower()
+        if self.quiet:
             with open_dict(cfg):
                 cfg.trainer.enable_progress_bar = False
         self.say_start()

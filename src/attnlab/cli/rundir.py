@@ -139,15 +139,18 @@ def check_writable(folder: Path, key: str) -> None:
 
 def check_run_dirs(
     overrides: list[str], multirun: bool, resuming: bool, overwrite: bool, log_dir: str
-) -> None:
-    """Before Hydra creates anything: the output directory is writable, and not taken."""
+) -> Path:
+    """Before Hydra creates anything: the output directory is writable, and not taken.
+    Returns where the run's files go."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     folder = explicit_dir(overrides, key)
     if folder is None:
-        check_writable(Path(log_dir).expanduser().absolute(), "paths.log_dir")
-        return
+        folder = Path(log_dir).expanduser().absolute()
+        check_writable(folder, "paths.log_dir")
+        return folder
     check_writable(folder, key)
     claim(folder, resuming, overwrite, key)
+    return folder
 
 
 RUN_FIX = ("free disk space or choose a writable directory (paths.log_dir=…), then continue "
