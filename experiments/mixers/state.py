@@ -42,22 +42,24 @@ def measure(overrides: list[str]) -> tuple[int, int, int]:
     """(cache bytes after one prompt, prompt length, parameters) of the composed model."""
     import torch
 
+    from attnlab.cli import pipeline
     from attnlab.cli.compose import compose_config
     from attnlab.cli.pipeline import container
+    from attnlab.data.base import NUM_SPECIAL
     from attnlab.inference.decoding import start_decoding
     from attnlab.models import ModelConfig, build_model
 
     cfg = compose_config(overrides)
-    if "n_pairs" in cfg.data:  # MQAR
-        d = cfg.data
-        length = 2 * d.n_pairs + d.gap + 2 * d.n_queries
-        vocab = 6 + d.n_keys + d.n_values + 1
+    if "n_pairs" in cfg.data:  # MQAR: its data module knows both (nothing is generated yet)
+        recall = pipeline.build_data(cfg)
+        length, vocab = recall.sequence_length, recall.vocab_size
     else:
         length, vocab = int(cfg.data.block_size), SHAKESPEARE_VOCAB
     torch.manual_seed(0)
     model = build_model(ModelConfig.from_dict({**container(cfg.model), "vocab_size": vocab}),
                         "lm").eval()  # fmt: skip
-    prompt = torch.randint(6, vocab, (1, length), generator=torch.Generator().manual_seed(0))
+    generator = torch.Generator().manual_seed(0)
+    prompt = torch.randint(NUM_SPECIAL, vocab, (1, length), generator=generator)
     with torch.inference_mode():
         state = start_decoding(model, prompt, use_cache=True)
         state.logits()
