@@ -237,3 +237,47 @@ def test_a_multiplier_group_that_names_no_single_group_names_the_multiplier_opti
     assert compare_cli.main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and named in err[0] and "--vs" not in err[0], err
+
+
+def write_finals(root: Path, shift_b: float | None = None, sizes: int = 5) -> Path:
+    """Runs that each report only a final value on the law at their training FLOPs: one
+    token budget for every size (compute grows with size alone)."""
+    rng = np.random.default_rng(0)
+    for variant, shift in (("a", 1.0), ("b", shift_b)):
+        for i, c in enumerate(np.geomspace(1e10, 1e14, sizes) if shift else ()):
+            for seed in range(3):
+                out = root / f"{variant}_{i}_{seed}"
+                out.mkdir(parents=True)
+                loss = float(law(np.array(c), shift)) * math.exp(0.004 * rng.standard_normal())
+                (out / "summary.json").write_text(json.dumps({
+                    "status": "completed", "task": "lm", "overrides": [f"model.ffn={variant}"],
+                    "config": {"model": {"ffn": variant}, "seed": seed},
+                    "metrics": {"val/loss": loss}, "params": c / 6e6, "tokens": 1e6,
+                    "flops": c}))  # fmt: skip
+    return root
+
+
+def test_the_final_value_fit_recovers_a_known_law_and_multiplier(tmp_path: Path,
+                                                                  capsys) -> None:  # fmt: skip
+    write_finals(tmp_path, shift_b=2.0)
+    groups = group_runs(load_runs([str(tmp_path)]), ["model.ffn"])
+    fit = fit_group(groups[0], "val/loss", "final")
+    c = np.geomspace(1e10, 1e14, 5)
+    np.testing.assert_allclose(frontier_law(c, *fit.params), law(c), rtol=0.01)
+    assert fit.bootstrap.startswith("seeds resampled")
+    assert any("fixed data" in flag for flag in fit.flags)
+    code = compare_cli.main([str(tmp_path), "--by", "model.ffn", "--metric", "val/loss", "--fit",
+                             "final", "--multiplier", "a", "b"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "the final val/loss of each run against its training FLOPs" in out
+    line = next(x for x in out.splitlines() if x.startswith("Compute multiplier"))
+    k, lo, hi = (float(v) for v in re.search(r": ([\d.]+)× \[([\d.]+), ([\d.]+)\]", line).groups())
+    assert abs(math.log(k / 2.0)) < 0.25 and lo < k < hi, line  # one draw: no CI coverage
+
+
+def test_a_final_value_fit_of_two_sizes_is_one_line(tmp_path: Path, capsys) -> None:
+    write_finals(tmp_path, sizes=2)
+    code = compare_cli.main([str(tmp_path), "--metric", "val/loss", "--fit", "final"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "needs 3 sizes or more" in err[0], err

@@ -158,9 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--fit",
         nargs="?",
         const="frontier",
-        choices=("frontier", "nd"),
+        choices=("frontier", "final", "nd"),
         help="scaling fit per group of the first metric: frontier (default; L(C) = E + "
-        "A·C^-α on the lower envelope of the curves against FLOPs) or nd (L(N, D) = E + "
+        "A·C^-α on the lower envelope of the curves against FLOPs), final (the same law on "
+        "each run's final value against its training FLOPs) or nd (L(N, D) = E + "
         "A/N^α + B/D^β on final values of a size × tokens grid); bootstrap CIs; with "
         "--plot, the log-log plot of the fits",
     )

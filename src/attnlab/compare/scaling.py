@@ -4,6 +4,11 @@
   compute-efficient frontier of a metric against training FLOPs — the best value any run
   reached with at most C FLOPs, read on a log grid of FLOPs where at least one run has a
   validation on both sides — fitted by L(C) = E + A·C^(−α).
+* ``--fit final``: the same law fitted to each run's *final* value against its training
+  FLOPs (the summary's ``flops``), so that every point is a schedule that ended. With one
+  token budget for every size, compute grows through the size alone: L(C) is then the
+  loss against model size at fixed data, not the compute-optimal frontier, and the
+  multiplier reads "B at one size matches A at k× its compute" (flagged when it applies).
 * ``--fit nd`` (Hoffmann et al., approach 3): the final values of a size × token-budget
   grid of separate runs (each with its own schedule length), fitted by
   L(N, D) = E + A/N^α + B/D^β with N the parameters and D the training tokens. Readings
@@ -52,7 +57,7 @@ class Fit:
     """One group's fitted law, its data and its bootstrap draws."""
 
     label: str
-    kind: str  # frontier | nd
+    kind: str  # frontier | final | nd
     names: tuple[str, ...]
     params: np.ndarray
     draws: np.ndarray  # (resamples, params)
@@ -195,6 +200,23 @@ def fit_group(group: Group, metric: str, kind: str, seed: int = 0) -> Fit:
 
         def from_residuals(noise: np.ndarray) -> np.ndarray:
             return fit_frontier_points(c, frontier_law(c, *params) * np.exp(noise), params)
+    elif kind == "final":
+        names = ("E", "A", "α")
+        x, y = _finals(runs, metric)
+        if len(by_size) < 3:
+            raise UserError(
+                f"--fit final: group {group.label} has {len(by_size)} model size(s); a fit of "
+                "3 parameters to final values needs 3 sizes or more"
+            )
+        params = fit_frontier_points(x, y)
+
+        def refit(sample: list[Run]) -> np.ndarray:
+            return fit_frontier_points(*_finals(sample, metric), params)
+
+        residual = np.log(y) - np.log(frontier_law(x, *params))
+
+        def from_residuals(noise: np.ndarray) -> np.ndarray:
+            return fit_frontier_points(x, frontier_law(x, *params) * np.exp(noise), params)
     else:
         names = ("E", "A", "α", "B", "β")
         finals = [(r.metrics.get("params"), r.metrics.get("tokens"), r.metrics.get(metric))
@@ -246,11 +268,26 @@ def fit_group(group: Group, metric: str, kind: str, seed: int = 0) -> Fit:
                              "there is above an earlier best, which the frontier holds (the "
                              "sizes' curves do not overlap in compute, or they rise): train "
                              "the smaller sizes longer")  # fmt: skip
+    if kind == "final" and len({r.metrics.get("tokens") for r in runs}) == 1:
+        fit.flags.append(f"{group.label}: every size trained on the same tokens, so compute "
+                         "grows through size alone: the fit is loss against size at fixed "
+                         "data, not the compute-optimal frontier")  # fmt: skip
     if kind == "frontier":
         fit.flags.append("the frontier reads each run partway through its schedule, which "
                          "biases it upwards (Hoffmann et al. §3.1); --fit nd uses final "
                          "values only")  # fmt: skip
     return fit
+
+
+def _finals(runs: Sequence[Run], metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """Each run's training FLOPs and final ``metric``, in order of FLOPs."""
+    pairs = [(r.metrics.get("flops"), r.metrics.get(metric)) for r in runs]
+    missing = [r.path for r, pair in zip(runs, pairs, strict=True) if None in pair]
+    if missing:
+        raise UserError(f"--fit final: run {missing[0]} lacks flops or {metric} in its "
+                        "summary.json; fit runs written by attnlab-train")  # fmt: skip
+    x, y = np.array(sorted(pairs), dtype=float).T
+    return x, y
 
 
 def _fit_nd(x: np.ndarray, y: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
@@ -281,6 +318,9 @@ def header(fits: Sequence[Fit], metric: str) -> str:
     if fit.kind == "frontier":
         law = (f"L(C) = E + A·C^(−α): the compute-efficient frontier of {metric} against "
                "training FLOPs (the best value any run reached within C)")  # fmt: skip
+    elif fit.kind == "final":
+        law = (f"L(C) = E + A·C^(−α): the final {metric} of each run against its training "
+               "FLOPs (each point a schedule that ended)")  # fmt: skip
     else:
         law = (f"L(N, D) = E + A/N^α + B/D^β: the final {metric} of each run against its "
                "parameters N and training tokens D")  # fmt: skip
@@ -299,9 +339,9 @@ def compute_for(params: np.ndarray, loss: float) -> float:
 
 def multiplier(a: Fit, b: Fit, target: float | None) -> list[str]:
     """Lines describing the compute multiplier of ``b`` against ``a``."""
-    if a.kind != "frontier":
-        raise UserError("--multiplier reads compute from frontier fits; use it with "
-                        "--fit frontier")  # fmt: skip
+    if a.kind == "nd":
+        raise UserError("--multiplier reads compute from L(C) fits; use it with "
+                        "--fit frontier or --fit final")  # fmt: skip
     lo = max(float(a.x.min()), float(b.x.min()))
     hi = min(float(a.x.max()), float(b.x.max()))
     if lo >= hi:
@@ -373,8 +413,8 @@ def plot_fits(fits: Sequence[Fit], groups: Sequence[Group], metric: str, path: s
     colours = [f"C{i}" for i in range(10)]
     for i, (fit, group) in enumerate(zip(fits, groups, strict=True)):
         colour = colours[i % 10]
-        if fit.kind == "frontier":
-            for run in group.completed:
+        if fit.kind in ("frontier", "final"):
+            for run in group.completed if fit.kind == "frontier" else ():
                 curve = axis_curve(run, metric, "flops")
                 if curve is not None:
                     ax.plot(curve[0], curve[1], color=colour, alpha=0.2, linewidth=0.8)
