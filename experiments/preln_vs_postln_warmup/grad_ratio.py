@@ -1,6 +1,6 @@
 """Xiong et al. 2020 §3.3 on the raw runs: the decoder's last/first gradient ratio.
 
-    python experiments/preln_vs_postln_warmup/grad_ratio.py runs/sweep >> results.md
+    python experiments/preln_vs_postln_warmup/grad_ratio.py runs/sweep runs/wide >> results.md
 
 ``diag/grad_ratio_last_first`` (logged every 25 steps by ``callbacks=diagnostics``) is not a
 metric ``attnlab-compare`` tabulates, so this reads it from each run's ``metrics.csv``: per
@@ -38,10 +38,10 @@ def ratios(metrics: Path) -> dict[int, float]:
         return {int(row["step"]): float(row[COLUMN]) for row in csv.DictReader(f) if row[COLUMN]}
 
 
-def main(sweep: Path) -> int:
+def main(sweeps: list[Path]) -> int:
     by_setting: dict[tuple[str, ...], list[dict[int, float]]] = defaultdict(list)
     by_seed: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for summary in sorted(sweep.glob("*/summary.json")):
+    for summary in sorted(s for sweep in sweeps for s in sweep.glob("*/summary.json")):
         *key, seed = setting(json.loads(summary.read_text()))
         run = ratios(summary.parent / "metrics.csv")
         by_setting[tuple(key)].append(run)
@@ -79,4 +79,4 @@ def main(sweep: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1])))
+    sys.exit(main([Path(a) for a in sys.argv[1:]]))
