@@ -146,16 +146,20 @@ compare() { "$PY" -m attnlab.compare "$@"; }
   done
 } > "$OUT/lr_grid.md"
 
+width_tests() {  # width_tests KEY A B: KEY=A against KEY=B at each width, as --vs pairs in TESTS
+  TESTS=()
+  local width
+  for width in ${WIDTHS//,/ }; do
+    TESTS+=(--vs "$1=$2 model.d_model=$width" "$1=$3 model.d_model=$width")
+  done
+}
 pair() {  # TITLE KEY A_SWEEP B_SWEEP A B PLOT
   echo "## $1"
   echo
   echo "Each block at each width (3 seeds a side, each at its own rate), Holm over the widths:"
   echo
-  local width tests=()
-  for width in ${WIDTHS//,/ }; do
-    tests+=(--vs "$2=$5 model.d_model=$width" "$2=$6 model.d_model=$width")
-  done
-  compare "$3" "$4" --by "$2" model.d_model --metric val/loss "${tests[@]}" \
+  width_tests "$2" "$5" "$6"
+  compare "$3" "$4" --by "$2" model.d_model --metric val/loss "${TESTS[@]}" \
     | grep '^Welch\|^In each line'
   echo
   # the fits of final values (every run's schedule ended) over the four widths, and the
@@ -194,11 +198,8 @@ MUP_LONGER="$(sweep_dir mup_longer "$BASE/mup_longer")"
 cause() {  # TITLE SP_SWEEP MUP_SWEEP
   echo "## $1"
   echo
-  local width tests=()
-  for width in ${WIDTHS//,/ }; do
-    tests+=(--vs "model.param=mup model.d_model=$width" "model.param=sp model.d_model=$width")
-  done
-  compare "$2" "$3" --by model.param model.d_model --metric val/loss "${tests[@]}" 2>/dev/null
+  width_tests model.param mup sp
+  compare "$2" "$3" --by model.param model.d_model --metric val/loss "${TESTS[@]}" 2>/dev/null
   echo
 }
 {
