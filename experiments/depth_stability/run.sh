@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Depth and stability, Pre-LN vs Post-LN vs DeepNorm at 6, 12 and 24 layers per stack on Multi30k de→en
-# (Liu et al. 2020; Xiong et al. 2020, §3.3). First the gradient-norm profile at
-# initialisation (one batch, no training, ~1–2 min), then the training sweep (27 runs), then
-# results.md and the plots next to this script.
-# The sweep runs two jobs at a time with one thread each; its raw runs are saved to runs/sweep.
+# Depth and stability, Pre-LN vs Post-LN vs DeepNorm at 6, 12 and 24 layers per stack on
+# Multi30k de→en (Liu et al. 2020; Xiong et al. 2020, §3.3). First the gradient-norm profile at
+# initialisation (one batch, no training, ~1–2 min), then the training sweep at the shared rate
+# 1e-3 (27 runs, runs/sweep), each norm's own rate grid on tuning seed 100 (42 runs, runs/tune*),
+# and Pre-LN and DeepNorm at their best rates on the sweep's seeds (18 runs, runs/best_*); then
+# results.md, lr_grid.md, tuned.md and the plots next to this script. The sweeps run two jobs at a
+# time with one thread each.
 #   attnlab-reproduce depth_stability --train    # this script
 #   attnlab-reproduce depth_stability --check    # the analysis of the committed runs
 #   PROFILE_ONLY=1 experiments/depth_stability/run.sh   # the gradient profile only
@@ -15,9 +17,13 @@ source "$(dirname "$0")/../study.sh"
 no_corpus Multi30k
 SEEDS="${SEEDS:-0,1,2}"
 DEPTHS="${DEPTHS:-6,12,24}"
-TUNE_SWEEP="$(sweep_dir tune "${SWEEP:-logs/study_depth/multiruns/$STAMP}_tune")"
-TUNE_HIGH_SWEEP="$(sweep_dir tune_high "${SWEEP:-logs/study_depth/multiruns/$STAMP}_tune_high")"
-TUNE_PRE_SWEEP="$(sweep_dir tune_pre "${SWEEP:-logs/study_depth/multiruns/$STAMP}_tune_pre")"
+BASE="${SWEEP:-logs/study_depth/multiruns/$STAMP}"
+TUNE_SWEEP="$(sweep_dir tune "${BASE}_tune")"
+TUNE_HIGH_SWEEP="$(sweep_dir tune_high "${BASE}_tune_high")"
+TUNE_TOP_SWEEP="$(sweep_dir tune_top "${BASE}_tune_top")"
+TUNE_TOPMOST_SWEEP="$(sweep_dir tune_topmost "${BASE}_tune_topmost")"
+TUNE_PRE_SWEEP="$(sweep_dir tune_pre "${BASE}_tune_pre")"
+BEST_BASE="$(sweep_dir best "${BASE}_best")"  # best_<norm>_<rate> appended
 SWEEP="$(sweep_dir sweep "${SWEEP:-logs/study_depth/multiruns/$STAMP}")"
 
 if measuring && [ -z "${STAGE:-}" ]; then  # gradients at initialisation: no training, so no raw runs
@@ -46,6 +52,53 @@ if [ -n "${TUNE-1}" ] && { [ -z "${STAGE:-}" ] || [ "$STAGE" = tune_high ]; }; t
   train_sweep tune_high "$TUNE_HIGH_SWEEP" experiment=study_depth model.n_layers="$DEPTHS" \
       model.norm=post,deepnorm optim.lr=2e-3 seed=100 "${AT_ONCE[@]}" "$@"
 fi
+# and 4e-3 for Pre-LN and DeepNorm, where their best above was 2e-3, the grid's top (STAGE=tune_top)
+if [ -n "${TUNE-1}" ] && { [ -z "${STAGE:-}" ] || [ "$STAGE" = tune_top ]; }; then
+  train_sweep tune_top "$TUNE_TOP_SWEEP" experiment=study_depth model.n_layers="$DEPTHS" \
+      model.norm=pre,deepnorm optim.lr=4e-3 seed=100 "${AT_ONCE[@]}" "$@"
+fi
+# and 8e-3 and 1.6e-2 for both, where 4e-3 was best again (STAGE=tune_topmost)
+if [ -n "${TUNE-1}" ] && { [ -z "${STAGE:-}" ] || [ "$STAGE" = tune_topmost ]; }; then
+  train_sweep tune_topmost "$TUNE_TOPMOST_SWEEP" experiment=study_depth model.n_layers="$DEPTHS" \
+      model.norm=pre,deepnorm optim.lr=8e-3,1.6e-2 seed=100 "${AT_ONCE[@]}" "$@"
+fi
+# each of Pre-LN and DeepNorm at its best rate on the tuning seed at each depth (by validation
+# loss, lr_grid.md; inside the grid), on the fresh seeds SEEDS (Post-LN's best, 1e-3, is the
+# sweep itself); BEST_<norm>_<depth>=lr sets a depth outside these (STAGE=best: these alone, as
+# two streams, one per norm, of one run at a time with one thread each; TUNE= empty: none)
+declare -A BEST_RATE=([pre_6]=8e-3 [pre_12]=8e-3 [pre_24]=8e-3
+                      [deepnorm_6]=8e-3 [deepnorm_12]=4e-3 [deepnorm_24]=4e-3)
+best_groups() {  # NORM: "rate depth,depth" for each of its best rates, over DEPTHS
+  local norm="$1" depth rate var
+  declare -A at=()
+  for depth in ${DEPTHS//,/ }; do
+    var="BEST_${norm}_$depth"
+    rate="${!var:-${BEST_RATE[${norm}_$depth]:-}}"
+    if [ -z "$rate" ]; then
+      echo "error: no best rate for $norm at $depth layers: set BEST_${norm}_$depth=lr" >&2
+      exit 2
+    fi
+    at[$rate]="${at[$rate]:+${at[$rate]},}$depth"
+  done
+  for rate in "${!at[@]}"; do echo "$rate ${at[$rate]}"; done | sort
+}
+best_dir() { echo "${BEST_BASE}_$1_$2"; }
+best_sweeps() {  # NORM [OVERRIDE...]
+  local norm="$1" rate depths
+  shift
+  best_groups "$norm" > "${TMPDIR:-/tmp}/best_$norm.$$"
+  while read -r rate depths; do
+    train_sweep "best_${norm}_$rate" "$(best_dir "$norm" "$rate")" experiment=study_depth \
+        model.norm="$norm" model.n_layers="$depths" optim.lr="$rate" seed="$SEEDS" "$@"
+  done < "${TMPDIR:-/tmp}/best_$norm.$$"
+  rm -f "${TMPDIR:-/tmp}/best_$norm.$$"
+}
+best_pre() { best_sweeps pre "$@"; }
+best_deepnorm() { best_sweeps deepnorm "$@"; }
+if [ -n "${TUNE-1}" ] && [ -z "${SKIP_TRAIN:-}" ] \
+    && { [ -z "${STAGE:-}" ] || [ "$STAGE" = best ]; }; then
+  streams best_pre best_deepnorm "$@"
+fi
 [ -n "${STAGE:-}" ] && exit 0
 analysis_follows
 
@@ -67,7 +120,33 @@ if [ -n "${TUNE-1}" ]; then
     echo "rates the tuning seed 100 alone (n = 1)."
     echo
     "$PY" -m attnlab.compare "$SWEEP" "$TUNE_SWEEP" "$TUNE_HIGH_SWEEP" "$TUNE_PRE_SWEEP" \
+      "$TUNE_TOP_SWEEP" "$TUNE_TOPMOST_SWEEP" \
       --by model.norm model.n_layers optim.lr --metric test/bleu val/loss 2>/dev/null
   } > "$OUT/lr_grid.md"
 fi
-echo "wrote $OUT/results.md, lr_grid.md, val_loss.png, train_loss.png, grad_ratio.png (runs: $SWEEP)"
+# each norm at its own best rate (Post-LN at the sweep's 1e-3), the fresh seeds: at each depth
+# Pre-LN against Post-LN, DeepNorm against Post-LN and DeepNorm against Pre-LN, Holm over the 9
+if [ -n "${TUNE-1}" ]; then
+  BEST_DIRS=() PAIRS=()
+  declare -A RATE_OF=()
+  for norm in pre deepnorm; do
+    while read -r rate depths; do
+      BEST_DIRS+=("$(best_dir "$norm" "$rate")")
+      for depth in ${depths//,/ }; do RATE_OF[${norm}_$depth]="$(awk "BEGIN{print $rate}")"; done
+    done < <(best_groups "$norm")
+  done
+  at() { echo "model.norm=$1 model.n_layers=$2 optim.lr=$3"; }
+  for depth in ${DEPTHS//,/ }; do
+    pre="$(at pre "$depth" "${RATE_OF[pre_$depth]}")"
+    deep="$(at deepnorm "$depth" "${RATE_OF[deepnorm_$depth]}")"
+    post="$(at post "$depth" 0.001)"
+    PAIRS+=(--vs "$pre" "$post" --vs "$deep" "$post" --vs "$deep" "$pre")
+  done
+  { echo "Each norm at its own best rate (Pre-LN and DeepNorm on seeds 0, 1, 2 at the tuning"
+    echo "seed's best, Post-LN the sweep at its best, 1e-3); the 1e-3 rows are the sweep's."
+    echo
+    "$PY" -m attnlab.compare "$SWEEP" "${BEST_DIRS[@]}" --by model.norm model.n_layers optim.lr \
+      --metric val/loss test/bleu "${PAIRS[@]}"
+  } > "$OUT/tuned.md"
+fi
+echo "wrote $OUT/results.md, lr_grid.md, tuned.md, val_loss.png, train_loss.png, grad_ratio.png (runs: $SWEEP)"
