@@ -48,12 +48,17 @@ if [ -z "${SKIP_TRAIN:-}" ]; then streams sp mup "$@"; fi
 analysis_follows
 
 "$PY" "$HERE/transfer.py" --sp "$SP" "$SP_HIGH" --mup "$MUP" "$MUP_HIGH" --out "$OUT"
-# μP's coordinate check at widths 64 … 1024 on the same text (a few minutes; with --train or
-# --measure): mean |activation| per layer type after each of 4 Adam steps, SP and μP
+# μP's coordinate check from the sweep's base width, doubling up to 1024 (32 … 1024 by default;
+# at least two widths) on the same text (a few minutes on the CPU; with --train or --measure):
+# mean |activation| per layer type after each of 4 Adam steps, SP and μP
 if measuring; then
   TEXT="$("$PY" -c 'from attnlab.data.paths import data_root; print(data_root())')/tinyshakespeare/input.txt"
+  COORD_WIDTHS=("$BASE_WIDTH")
+  while [ "${COORD_WIDTHS[-1]}" -lt 1024 ] || [ "${#COORD_WIDTHS[@]}" -lt 2 ]; do
+    COORD_WIDTHS+=("$((COORD_WIDTHS[-1] * 2))")
+  done
   "$PY" -m attnlab.coord_check --text "$TEXT" \
-    --widths 64 128 256 512 1024 --steps 4 --seeds 2 --lr 0.01 --out "$OUT/coord_check" \
+    --widths "${COORD_WIDTHS[@]}" --steps 4 --seeds 2 --lr 0.01 --out "$OUT/coord_check" \
     model.n_layers=2 model.pos=rope model.ffn=gelu model.init=gpt2 model.scale_embeddings=false \
-    model.mup_base_width=64
+    model.mup_base_width="$BASE_WIDTH"
 fi
