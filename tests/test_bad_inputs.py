@@ -133,6 +133,10 @@ CONFIG_CASES: dict[str, tuple[list[str], str]] = {
         ["model=decoder_only", "data=majority", "task.z_loss=1e-4"],
         "task.z_loss=0.0001 is PaLM's loss",
     ),  # fmt: skip
+    "loss_by_position_on_translation": (
+        ["data=reverse", "task.loss_by_position=[4]"],
+        "task.loss_by_position=[4] buckets a language model's loss",
+    ),  # fmt: skip
     "vit_on_tokens": (["model=vit", "data=reverse"], "model=vit does not fit a seq2seq"),
     "accelerator_typo": (["trainer.accelerator=tpu_typo"], "trainer.accelerator=tpu_typo"),
     "gpu_on_a_cpu_machine": (["trainer=gpu"], "trainer.accelerator=gpu asks for a device"),

@@ -102,6 +102,24 @@ def test_eval_of_the_validation_split_with_overrides_reports_val_metrics(
     assert "decode.strategy=beam" in record["overrides"]
 
 
+def test_eval_reports_a_language_models_loss_by_context_length(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """task.loss_by_position on the command line: the run's checkpoint read by bucket."""
+    run_dir = runs["lm"]
+    args = [f"run_dir={run_dir}", "split=val", "task.loss_by_position=[4,8]"]
+    assert attnlab_eval.main(args) == 0
+    out = capsys.readouterr().out
+    (record,) = [json.loads(p.read_text()) for p in (run_dir / "eval").glob("*_val.json")]
+    names = ("val/loss_pos_1-4", "val/loss_pos_5-8", "val/loss_pos_9+")
+    assert all(name in out and record["metrics"][name] > 0 for name in names)
+    # a block of 16 predictions (data.block_size=16) puts 4, 4 and 8 in the buckets: their
+    # weighted mean is the split's loss
+    counts = (4, 4, 8)
+    weighted = sum(n * record["metrics"][name] for n, name in zip(counts, names, strict=True))
+    assert weighted / 16 == pytest.approx(record["metrics"]["val/loss"], rel=1e-5)
+
+
 def test_the_default_checkpoint_is_the_best_not_the_last(runs: dict[str, Path]) -> None:
     assert default_checkpoint(runs["decoder_only"]).name.startswith("best")
 

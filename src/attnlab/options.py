@@ -88,6 +88,9 @@ class TaskConfig:
     decode_every_n_epochs: int = 1  # free-running decoding for val/exact_match (and BLEU)
     # test BLEU per source-length bucket: upper edges in source words, e.g. [10, 15, 20, 25]
     bleu_by_length: list[int] | None = None
+    # a causal LM's val/test loss per context-length bucket: upper edges in tokens of context,
+    # e.g. [128, 256, 512]
+    loss_by_position: list[int] | None = None
 
     def __post_init__(self) -> None:
         edges = self.bleu_by_length
@@ -97,6 +100,14 @@ class TaskConfig:
         _require(edges is None or (bool(edges) and edges == sorted(set(edges)) and edges[0] >= 1),
                  "task.bleu_by_length", edges, "increasing source lengths in words, e.g. "
                  "[10,15,20,25] (or null)")  # fmt: skip
+        positions = self.loss_by_position
+        if positions is not None:
+            positions = list(positions)
+            self.loss_by_position = positions
+        _require(positions is None or (bool(positions) and positions == sorted(set(positions))
+                                       and positions[0] >= 1),
+                 "task.loss_by_position", positions, "increasing context lengths in tokens, "
+                 "e.g. [128,256,512] (or null)")  # fmt: skip
         _require(0 <= self.label_smoothing < 1, "task.label_smoothing", self.label_smoothing,
                  "in [0, 1) (0.1 in the paper)")  # fmt: skip
         _require(0 <= self.z_loss < math.inf, "task.z_loss", self.z_loss,

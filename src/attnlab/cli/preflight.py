@@ -86,6 +86,11 @@ def check_architecture_serves_data(
         if is_set(given.get(key, "???")) and key in model and task not in tasks:
             raise ConfigError(f"model.{key}={given[key]} applies to {' or '.join(tasks)} "
                               f"data, and this data is {task}; remove it")  # fmt: skip
+    positions = (task_keys or {}).get("loss_by_position")
+    if positions and task != "lm":
+        raise ConfigError(f"task.loss_by_position={list(positions)} buckets a language model's "
+                          f"loss by context length (lm data), and this data is {task}; set "
+                          "task.loss_by_position=null")  # fmt: skip
     z = (task_keys or {}).get("z_loss") or 0
     if z and task not in Z_LOSS_TASKS:
         raise ConfigError(f"task.z_loss={z} is PaLM's loss on a language model's output "

@@ -3,6 +3,10 @@
 Causal: predict token t+1 from tokens ≤ t. Masked (Devlin et al. 2019, §3.1):
 choose 15 % of positions; replace 80 % of them by [MASK], 10 % by a random
 token, keep 10 %; predict the original tokens at the chosen positions only.
+
+``task.loss_by_position=[128,256,512]`` (causal) adds the val/test loss of the tokens
+predicted from 1–128, 129–256, 257–512 and 513+ tokens of context (``val/loss_pos_0001-0128``
+…): whether a model uses context beyond a length is whether its loss keeps falling past it.
 """
 
 from __future__ import annotations
@@ -10,10 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
+from attnlab.errors import ConfigError
 from attnlab.special_tokens import MASK, NUM_SPECIAL
 from attnlab.tasks.base import Task
 
@@ -44,6 +49,33 @@ def mask_tokens(
     return inputs, labels
 
 
+def position_buckets(edges: list[int]) -> list[tuple[str, int, int | None]]:
+    """(metric name, lo, hi) of each context-length bucket of ``edges``: ``loss_pos_<lo>-<hi>``
+    for the tokens predicted from lo…hi tokens of context, ``loss_pos_<lo>+`` past the last
+    edge; the numbers zero-padded to the widest."""
+    width = len(str(edges[-1] + 1))
+    buckets: list[tuple[str, int, int | None]] = []
+    lo = 1
+    for hi in edges:
+        buckets.append((f"loss_pos_{lo:0{width}d}-{hi:0{width}d}", lo, hi))
+        lo = hi + 1
+    return [*buckets, (f"loss_pos_{lo:0{width}d}+", lo, None)]
+
+
+def context_lengths(length: int, documents: Tensor | None = None) -> Tensor:
+    """How many tokens each of ``length`` causal predictions reads: position j (from 0) reads
+    j + 1, or with ``documents`` (B, length) of document ids only those of its own document,
+    j − (its document's first position) + 1. Shape (1 or B, length)."""
+    device = documents.device if documents is not None else None
+    position = torch.arange(length, device=device)
+    if documents is None:
+        return (position + 1).unsqueeze(0)
+    starts = torch.ones_like(documents, dtype=torch.bool)
+    starts[:, 1:] = documents[:, 1:] != documents[:, :-1]
+    first = torch.where(starts, position, torch.zeros_like(position)).cummax(dim=1).values
+    return position - first + 1
+
+
 class LanguageModelTask(Task):
     """Causal or masked LM, as the architecture's feeding declares; logs loss, ppl, acc."""
 
@@ -57,6 +89,17 @@ class LanguageModelTask(Task):
             setattr(self, f"{stage}_loss", MeanMetric())
             accuracy = MulticlassAccuracy(vocab, average="micro", ignore_index=IGNORE)
             setattr(self, f"{stage}_acc", accuracy)
+        edges = self.task_cfg.loss_by_position
+        if edges and self.model.feeding.lm == "masked":  # never dropped silently
+            raise ConfigError(
+                f"task.loss_by_position={edges} buckets a causal language model's loss by "
+                "context length, and this model is a masked LM (every token sees the whole "
+                "block); set task.loss_by_position=null"
+            )
+        self.position_buckets = position_buckets(edges) if edges else []
+        self.position_losses = nn.ModuleDict({f"{stage}_{name}": MeanMetric() for stage in
+                                              ("val", "test") for name, _, _ in
+                                              self.position_buckets})  # fmt: skip
 
     def inputs_and_labels(
         self,
@@ -102,6 +145,27 @@ class LanguageModelTask(Task):
         getattr(self, f"{stage}_acc").update(logits.argmax(-1), labels)
         self.log(f"{stage}/loss", getattr(self, f"{stage}_loss"), prog_bar=True)
         self.log(f"{stage}/acc", getattr(self, f"{stage}_acc"))
+        if self.position_buckets:
+            self._log_position_losses(logits, labels, batch.get("documents"), stage)
+
+    def _log_position_losses(
+        self, logits: Tensor, labels: Tensor, documents: Tensor | None, stage: str
+    ) -> None:
+        """Each bucket's mean token loss (no smoothing), weighted by its tokens over the split."""
+        per_token = nn.functional.cross_entropy(
+            logits.float().transpose(1, 2), labels, ignore_index=IGNORE, reduction="none"
+        )
+        length = labels.size(1)
+        context = context_lengths(length, None if documents is None else documents[:, :length])
+        context = context.expand_as(labels)
+        real = labels != IGNORE
+        for name, lo, hi in self.position_buckets:
+            chosen = real & (context >= lo) & (context <= (hi if hi is not None else length))
+            count = int(chosen.sum())
+            if count:
+                metric = self.position_losses[f"{stage}_{name}"]
+                metric.update(per_token[chosen].mean(), count)
+                self.log(f"{stage}/{name}", metric)
 
     def _log_ppl(self, stage: str) -> None:
         """Perplexity = exp(mean token cross-entropy) over the whole split."""
