@@ -7,8 +7,12 @@
 #         (n_kv_heads=2) and MQA (1) on full attention, 6 more runs (MHA = the full runs)
 #   MQAR  multi-query associative recall, 8 pairs behind a gap of 64: the same 5 kinds, 15 runs
 # The two sweeps run side by side, one thread each (≈ 60 min on 2 cores); their raw runs are
-# saved to runs/lm, runs/lm_kv and runs/mqar. Then the tables (results.md) and plots, and,
-# when training or with MEASURE=1, cost.py's measurements (cost.md) on this machine.
+# saved to runs/lm, runs/lm_kv and runs/mqar. Then on the LM each kind's rate grid on tuning
+# seed 100 (runs/lm_tune*, runs/lm_linear_abs_tune*: linear attention in Katharopoulos et al.'s
+# form too), each kind on the sweep's seeds at its best rate (runs/lm_best_*), and full
+# attention and the window with their loss per context length (runs/lm_context). Then the
+# tables (results.md, lr_grid.md, tuned.md, context.md) and plots, and, when training or with
+# MEASURE=1, cost.py's measurements (cost.md) on this machine.
 #   attnlab-reproduce efficient_attention --train    # this script
 #   attnlab-reproduce efficient_attention --check    # the analysis of the committed runs
 # Extra arguments go to every training run (trainer=gpu, trainer.max_steps=…); JOBS=1 runs the
@@ -23,6 +27,16 @@ LM_SPARSE="model.window=128 model.n_global=1 model.attn_block=64 model.n_random=
 MQAR_SPARSE="model.window=32 model.n_global=1 model.attn_block=16 model.n_random=2"
 LM="$(sweep_dir lm "$BASE/lm")" LM_KV="$(sweep_dir lm_kv "$BASE/lm_kv")"
 MQAR="$(sweep_dir mqar "$BASE/mqar")"
+LM_TUNE="$(sweep_dir lm_tune "$BASE/lm_tune")"
+LM_TUNE_HIGH="$(sweep_dir lm_tune_high "$BASE/lm_tune_high")"
+LM_TUNE_TOP="$(sweep_dir lm_tune_top "$BASE/lm_tune_top")"
+LM_CONTEXT="$(sweep_dir lm_context "$BASE/lm_context")"
+LM_BEST_HIGH="$(sweep_dir lm_best_3.2e-2 "$BASE/lm_best_3.2e-2")"
+LM_BEST_LOW="$(sweep_dir lm_best_1.6e-2 "$BASE/lm_best_1.6e-2")"
+POSITIONS="task.loss_by_position=[64,128,256,512]"
+LM_LINEAR_TUNE="$(sweep_dir lm_linear_abs_tune "$BASE/lm_linear_abs_tune")"
+LM_LINEAR_HIGH="$(sweep_dir lm_linear_abs_tune_high "$BASE/lm_linear_abs_tune_high")"
+LM_LINEAR_TOP="$(sweep_dir lm_linear_abs_tune_top "$BASE/lm_linear_abs_tune_top")"
 
 lm() {
   train_sweep lm "$LM" experiment=study_efficient_lm seed="$SEEDS" model.attention=$KINDS \
@@ -34,7 +48,61 @@ mqar() {
   train_sweep mqar "$MQAR" experiment=study_efficient_mqar seed="$SEEDS" model.attention=$KINDS \
     $MQAR_SPARSE "$@"
 }
-if [ -z "${SKIP_TRAIN:-}" ]; then streams lm mqar "$@"; fi
+if [ -z "${SKIP_TRAIN:-}" ] && [ -z "${STAGE:-}" ]; then streams lm mqar "$@"; fi
+# each kind's own rate on the language model: 1e-3, 2e-3 (the sweep's) and 4e-3 on tuning seed
+# 100, which reports nothing (STAGE=tune: these alone; TUNE= empty: none)
+if [ -n "${TUNE-1}" ] && { [ -z "${STAGE:-}" ] || [ "$STAGE" = tune ]; }; then
+  train_sweep lm_tune "$LM_TUNE" experiment=study_efficient_lm seed=100 model.attention=$KINDS \
+    optim.lr=1e-3,2e-3,4e-3 $LM_SPARSE "${AT_ONCE[@]}" "${CORPUS_ARGS[@]}" "$@"
+fi
+# and 8e-3 and 1.6e-2, where every kind's best was 4e-3, the grid's top (STAGE=tune_high)
+if [ -n "${TUNE-1}" ] && { [ -z "${STAGE:-}" ] || [ "$STAGE" = tune_high ]; }; then
+  train_sweep lm_tune_high "$LM_TUNE_HIGH" experiment=study_efficient_lm seed=100 \
+    model.attention=$KINDS optim.lr=8e-3,1.6e-2 $LM_SPARSE "${AT_ONCE[@]}" "${CORPUS_ARGS[@]}" \
+    "$@"
+fi
+# and 3.2e-2 and 6.4e-2 for every kind and for linear attention in Katharopoulos et al.'s form
+# (below), where 1.6e-2 was best again (STAGE=tune_top)
+if [ -n "${TUNE-1}" ] && { [ -z "${STAGE:-}" ] || [ "$STAGE" = tune_top ]; }; then
+  train_sweep lm_tune_top "$LM_TUNE_TOP" experiment=study_efficient_lm seed=100 \
+    model.attention=$KINDS optim.lr=3.2e-2,6.4e-2 $LM_SPARSE "${AT_ONCE[@]}" "${CORPUS_ARGS[@]}" \
+    "$@"
+  train_sweep lm_linear_abs_tune_top "$LM_LINEAR_TOP" experiment=study_efficient_lm seed=100 \
+    model.attention=linear model.pos=sinusoidal optim.lr=3.2e-2,6.4e-2 "${AT_ONCE[@]}" \
+    "${CORPUS_ARGS[@]}" "$@"
+fi
+# linear attention in Katharopoulos et al.'s form: no rotation of φ(q), φ(k), sinusoidal
+# positions added to the input instead (STAGE=tune_linear: these alone)
+if [ -n "${TUNE-1}" ] && { [ -z "${STAGE:-}" ] || [ "$STAGE" = tune_linear ]; }; then
+  train_sweep lm_linear_abs_tune "$LM_LINEAR_TUNE" experiment=study_efficient_lm seed=100 \
+    model.attention=linear model.pos=sinusoidal optim.lr=1e-3,2e-3,4e-3 "${AT_ONCE[@]}" \
+    "${CORPUS_ARGS[@]}" "$@"
+  # and higher, where 4e-3 was its best
+  train_sweep lm_linear_abs_tune_high "$LM_LINEAR_HIGH" experiment=study_efficient_lm seed=100 \
+    model.attention=linear model.pos=sinusoidal optim.lr=8e-3,1.6e-2 "${AT_ONCE[@]}" \
+    "${CORPUS_ARGS[@]}" "$@"
+fi
+# each kind at its best rate on the tuning seed (lr_grid.md; inside the grid), on the sweep's
+# seeds: 3.2e-2 for full attention, the sliding window and BigBird, 1.6e-2 for Longformer and
+# linear attention (STAGE=best; TUNE= empty: none)
+if [ -n "${TUNE-1}" ] && { [ -z "${STAGE:-}" ] || [ "$STAGE" = best ]; }; then
+  train_sweep lm_best_3.2e-2 "$LM_BEST_HIGH" experiment=study_efficient_lm seed="$SEEDS" \
+    model.attention=full,sliding_window,bigbird optim.lr=3.2e-2 model.window=128 \
+    model.attn_block=64 model.n_random=2 "${AT_ONCE[@]}" \
+    "${CORPUS_ARGS[@]}" "$@"
+  train_sweep lm_best_1.6e-2 "$LM_BEST_LOW" experiment=study_efficient_lm seed="$SEEDS" \
+    model.attention=longformer,linear optim.lr=1.6e-2 model.window=128 model.n_global=1 \
+    "${AT_ONCE[@]}" "${CORPUS_ARGS[@]}" "$@"
+fi
+# the context gate: full attention and the sliding window again on the LM's seeds, each
+# validation's loss also per context-length bucket (the same training as runs/lm: the buckets
+# are read, not trained on; STAGE=context: these alone)
+if [ -z "${STAGE:-}" ] || [ "$STAGE" = context ]; then
+  train_sweep lm_context "$LM_CONTEXT" experiment=study_efficient_lm seed="$SEEDS" \
+    model.attention=full,sliding_window model.window=128 "$POSITIONS" "${AT_ONCE[@]}" \
+    "${CORPUS_ARGS[@]}" "$@"
+fi
+[ -n "${STAGE:-}" ] && exit 0
 analysis_follows
 
 {
@@ -66,6 +134,37 @@ analysis_follows
 # the gates' numbers from runs/gate: nanoGPT's LM loss; the MQAR long run, where that gate
 # would be met
 "$PY" "$HERE/gates.py" "$RUNS/gate" > "$OUT/gate.md"
+# each kind's rate grid on the tuning seed (one run a point: the warning about fewer than 3
+# runs is dropped, any error still shows)
+if [ -n "${TUNE-1}" ]; then
+  { echo "Each kind's rate on the language model, tuning seed 100 alone (n = 1 a point; the"
+    echo "three-seed comparison above is at 2e-3). linear with model.pos=sinusoidal: linear"
+    echo "attention in Katharopoulos et al.'s form (positions added to the input, φ not rotated)."
+    echo
+    "$PY" -m attnlab.compare "$LM_TUNE" "$LM_TUNE_HIGH" "$LM_TUNE_TOP" "$LM_LINEAR_TUNE" \
+      "$LM_LINEAR_HIGH" "$LM_LINEAR_TOP" --by model.attention model.pos optim.lr \
+      --metric val/loss 2> >(grep -v '^warning: ' >&2)
+  } > "$OUT/lr_grid.md"
+fi
+# each kind against full attention at each one's best rate (Holm over the 4)
+if [ -n "${TUNE-1}" ]; then
+  { echo "Each kind at its best rate on the tuning seed (lr_grid.md), seeds 0, 1, 2, against full"
+    echo "attention at its own (Welch, Holm over the 4):"
+    echo
+    "$PY" -m attnlab.compare "$LM_BEST_HIGH" "$LM_BEST_LOW" --by model.attention optim.lr \
+      --metric val/loss --vs sliding_window full --vs longformer full --vs bigbird full \
+      --vs linear full
+  } > "$OUT/tuned.md"
+fi
+# the context gate and full attention against the window in each context-length bucket, then
+# the loss per bucket of both
+{ "$PY" "$HERE/context_gate.py" "$LM_CONTEXT"
+  echo
+  echo "Validation loss per context-length bucket (tokens of context a prediction reads):"
+  echo
+  "$PY" -m attnlab.compare "$LM_CONTEXT" --by model.attention --metric val/loss_pos_001-064 \
+    val/loss_pos_065-128 val/loss_pos_129-256 val/loss_pos_257-512 val/loss_pos_513+
+} > "$OUT/context.md"
 "$PY" -m attnlab.compare "$LM" --by model.attention --curve-metric val/loss \
   --plot "$OUT/lm_val_loss.png" > /dev/null
 "$PY" -m attnlab.compare "$MQAR" --by model.attention --curve-metric val/acc \
@@ -73,4 +172,4 @@ analysis_follows
 if measuring; then
   measure cost.py cost.md
 fi
-echo "wrote $OUT/results.md and plots (runs: $LM, $LM_KV, $MQAR)"
+echo "wrote $OUT/results.md, lr_grid.md, tuned.md, context.md and plots (runs: $LM, $LM_KV, $MQAR)"
