@@ -5,7 +5,7 @@ choose 15 % of positions; replace 80 % of them by [MASK], 10 % by a random
 token, keep 10 %; predict the original tokens at the chosen positions only.
 
 ``task.loss_by_position=[128,256,512]`` (causal) adds the val/test loss of the tokens
-predicted from 1–128, 129–256, 257–512 and 513+ tokens of context (``val/loss_pos_0001-0128``
+predicted from 1–128, 129–256, 257–512 and 513+ tokens of context (``val/loss_pos_001-128``
 …): whether a model uses context beyond a length is whether its loss keeps falling past it.
 """
 
