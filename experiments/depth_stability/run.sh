@@ -82,16 +82,18 @@ best_groups() {  # NORM: "rate depth,depth" for each of its best rates, over DEP
   done
   for rate in "${!at[@]}"; do echo "$rate ${at[$rate]}"; done | sort
 }
+declare -A BEST_GROUPS=()  # each norm's groups, once: a missing rate stops the script here
+if [ -n "${TUNE-1}" ]; then
+  for norm in pre deepnorm; do BEST_GROUPS[$norm]="$(best_groups "$norm")"; done
+fi
 best_dir() { echo "${BEST_BASE}_$1_$2"; }
 best_sweeps() {  # NORM [OVERRIDE...]
   local norm="$1" rate depths
   shift
-  best_groups "$norm" > "${TMPDIR:-/tmp}/best_$norm.$$"
   while read -r rate depths; do
     train_sweep "best_${norm}_$rate" "$(best_dir "$norm" "$rate")" experiment=study_depth \
         model.norm="$norm" model.n_layers="$depths" optim.lr="$rate" seed="$SEEDS" "$@"
-  done < "${TMPDIR:-/tmp}/best_$norm.$$"
-  rm -f "${TMPDIR:-/tmp}/best_$norm.$$"
+  done <<< "${BEST_GROUPS[$norm]}"
 }
 best_pre() { best_sweeps pre "$@"; }
 best_deepnorm() { best_sweeps deepnorm "$@"; }
@@ -133,7 +135,7 @@ if [ -n "${TUNE-1}" ]; then
     while read -r rate depths; do
       BEST_DIRS+=("$(best_dir "$norm" "$rate")")
       for depth in ${depths//,/ }; do RATE_OF[${norm}_$depth]="$(awk "BEGIN{print $rate}")"; done
-    done < <(best_groups "$norm")
+    done <<< "${BEST_GROUPS[$norm]}"
   done
   at() { echo "model.norm=$1 model.n_layers=$2 optim.lr=$3"; }
   for depth in ${DEPTHS//,/ }; do
