@@ -49,43 +49,38 @@ mqar() {
     $MQAR_SPARSE "$@"
 }
 if [ -z "${SKIP_TRAIN:-}" ] && [ -z "${STAGE:-}" ]; then streams lm mqar "$@"; fi
-# each kind's own rate on the language model: 1e-3, 2e-3 (the sweep's) and 4e-3 on tuning seed
-# 100, which reports nothing (STAGE=tune: these alone; TUNE= empty: none)
-if [ -n "${TUNE-1}" ] && { [ -z "${STAGE:-}" ] || [ "$STAGE" = tune ]; }; then
-  train_sweep lm_tune "$LM_TUNE" experiment=study_efficient_lm seed=100 model.attention=$KINDS \
-    optim.lr=1e-3,2e-3,4e-3 $LM_SPARSE "${AT_ONCE[@]}" "${CORPUS_ARGS[@]}" "$@"
-fi
-# and 8e-3 and 1.6e-2, where every kind's best was 4e-3, the grid's top (STAGE=tune_high)
-if [ -n "${TUNE-1}" ] && { [ -z "${STAGE:-}" ] || [ "$STAGE" = tune_high ]; }; then
-  train_sweep lm_tune_high "$LM_TUNE_HIGH" experiment=study_efficient_lm seed=100 \
-    model.attention=$KINDS optim.lr=8e-3,1.6e-2 $LM_SPARSE "${AT_ONCE[@]}" "${CORPUS_ARGS[@]}" \
-    "$@"
-fi
-# and 3.2e-2 and 6.4e-2 for every kind and for linear attention in Katharopoulos et al.'s form
-# (below), where 1.6e-2 was best again (STAGE=tune_top)
-if [ -n "${TUNE-1}" ] && { [ -z "${STAGE:-}" ] || [ "$STAGE" = tune_top ]; }; then
-  train_sweep lm_tune_top "$LM_TUNE_TOP" experiment=study_efficient_lm seed=100 \
-    model.attention=$KINDS optim.lr=3.2e-2,6.4e-2 $LM_SPARSE "${AT_ONCE[@]}" "${CORPUS_ARGS[@]}" \
-    "$@"
-  train_sweep lm_linear_abs_tune_top "$LM_LINEAR_TOP" experiment=study_efficient_lm seed=100 \
-    model.attention=linear model.pos=sinusoidal optim.lr=3.2e-2,6.4e-2 "${AT_ONCE[@]}" \
-    "${CORPUS_ARGS[@]}" "$@"
-fi
+# each kind's own rate on the language model, on tuning seed 100, which reports nothing; the
+# grid was widened upwards in stages while a kind's best sat at its top (TUNE= empty: none)
+kinds_grid() {  # NAME SWEEP RATES [OVERRIDE...]: every kind at RATES
+  train_sweep "$1" "$2" experiment=study_efficient_lm seed=100 model.attention=$KINDS \
+    optim.lr="$3" $LM_SPARSE "${AT_ONCE[@]}" "${CORPUS_ARGS[@]}" "${@:4}"
+}
 # linear attention in Katharopoulos et al.'s form: no rotation of φ(q), φ(k), sinusoidal
-# positions added to the input instead (STAGE=tune_linear: these alone)
-if [ -n "${TUNE-1}" ] && { [ -z "${STAGE:-}" ] || [ "$STAGE" = tune_linear ]; }; then
-  train_sweep lm_linear_abs_tune "$LM_LINEAR_TUNE" experiment=study_efficient_lm seed=100 \
-    model.attention=linear model.pos=sinusoidal optim.lr=1e-3,2e-3,4e-3 "${AT_ONCE[@]}" \
-    "${CORPUS_ARGS[@]}" "$@"
-  # and higher, where 4e-3 was its best
-  train_sweep lm_linear_abs_tune_high "$LM_LINEAR_HIGH" experiment=study_efficient_lm seed=100 \
-    model.attention=linear model.pos=sinusoidal optim.lr=8e-3,1.6e-2 "${AT_ONCE[@]}" \
-    "${CORPUS_ARGS[@]}" "$@"
+# positions added to the input instead
+linear_abs_grid() {  # NAME SWEEP RATES [OVERRIDE...]
+  train_sweep "$1" "$2" experiment=study_efficient_lm seed=100 model.attention=linear \
+    model.pos=sinusoidal optim.lr="$3" "${AT_ONCE[@]}" "${CORPUS_ARGS[@]}" "${@:4}"
+}
+stage() { [ -n "${TUNE-1}" ] && { [ -z "${STAGE:-}" ] || [ "$STAGE" = "$1" ]; }; }
+# 1e-3, 2e-3 (the sweep's) and 4e-3 (STAGE=tune)
+if stage tune; then kinds_grid lm_tune "$LM_TUNE" 1e-3,2e-3,4e-3 "$@"; fi
+# 8e-3 and 1.6e-2, where every kind's best was 4e-3 (STAGE=tune_high)
+if stage tune_high; then kinds_grid lm_tune_high "$LM_TUNE_HIGH" 8e-3,1.6e-2 "$@"; fi
+# 3.2e-2 and 6.4e-2 for every kind and for the Katharopoulos form, where 1.6e-2 was best again
+# (STAGE=tune_top)
+if stage tune_top; then
+  kinds_grid lm_tune_top "$LM_TUNE_TOP" 3.2e-2,6.4e-2 "$@"
+  linear_abs_grid lm_linear_abs_tune_top "$LM_LINEAR_TOP" 3.2e-2,6.4e-2 "$@"
+fi
+# the Katharopoulos form at 1e-3 … 4e-3, then higher where 4e-3 was its best (STAGE=tune_linear)
+if stage tune_linear; then
+  linear_abs_grid lm_linear_abs_tune "$LM_LINEAR_TUNE" 1e-3,2e-3,4e-3 "$@"
+  linear_abs_grid lm_linear_abs_tune_high "$LM_LINEAR_HIGH" 8e-3,1.6e-2 "$@"
 fi
 # each kind at its best rate on the tuning seed (lr_grid.md; inside the grid), on the sweep's
 # seeds: 3.2e-2 for full attention, the sliding window and BigBird, 1.6e-2 for Longformer and
 # linear attention (STAGE=best; TUNE= empty: none)
-if [ -n "${TUNE-1}" ] && { [ -z "${STAGE:-}" ] || [ "$STAGE" = best ]; }; then
+if stage best; then
   train_sweep lm_best_3.2e-2 "$LM_BEST_HIGH" experiment=study_efficient_lm seed="$SEEDS" \
     model.attention=full,sliding_window,bigbird optim.lr=3.2e-2 model.window=128 \
     model.attn_block=64 model.n_random=2 "${AT_ONCE[@]}" \
