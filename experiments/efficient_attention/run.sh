@@ -9,10 +9,11 @@
 # The two sweeps run side by side, one thread each (≈ 60 min on 2 cores); their raw runs are
 # saved to runs/lm, runs/lm_kv and runs/mqar. Then on the LM each kind's rate grid on tuning
 # seed 100 (runs/lm_tune*, runs/lm_linear_abs_tune*: linear attention in Katharopoulos et al.'s
-# form too), each kind on the sweep's seeds at its best rate (runs/lm_best_*), and full
-# attention and the window with their loss per context length (runs/lm_context). Then the
-# tables (results.md, lr_grid.md, tuned.md, context.md) and plots, and, when training or with
-# MEASURE=1, cost.py's measurements (cost.md) on this machine.
+# form too), each kind on the sweep's seeds at its best rate (runs/lm_best_*,
+# runs/lm_linear_abs_best*), GQA and MQA at MHA's parameter count (runs/lm_kv*_matched), and
+# full attention and the window with their loss per context length (runs/lm_context). Then the
+# tables (results.md, lr_grid.md, tuned.md, kv_matched.md, context.md) and plots, and, when
+# training or with MEASURE=1, cost.py's measurements (cost.md) on this machine.
 #   attnlab-reproduce efficient_attention --train    # this script
 #   attnlab-reproduce efficient_attention --check    # the analysis of the committed runs
 # Extra arguments go to every training run (trainer=gpu, trainer.max_steps=…); JOBS=1 runs the
@@ -37,6 +38,11 @@ POSITIONS="task.loss_by_position=[64,128,256,512]"
 LM_LINEAR_TUNE="$(sweep_dir lm_linear_abs_tune "$BASE/lm_linear_abs_tune")"
 LM_LINEAR_HIGH="$(sweep_dir lm_linear_abs_tune_high "$BASE/lm_linear_abs_tune_high")"
 LM_LINEAR_TOP="$(sweep_dir lm_linear_abs_tune_top "$BASE/lm_linear_abs_tune_top")"
+LM_LINEAR_TOPMOST="$(sweep_dir lm_linear_abs_tune_topmost "$BASE/lm_linear_abs_tune_topmost")"
+LM_LINEAR_BEST="$(sweep_dir lm_linear_abs_best "$BASE/lm_linear_abs_best")"
+LM_LINEAR_BELOW="$(sweep_dir lm_linear_abs_best_below "$BASE/lm_linear_abs_best_below")"
+LM_GQA_MATCHED="$(sweep_dir lm_kv2_matched "$BASE/lm_kv2_matched")"
+LM_MQA_MATCHED="$(sweep_dir lm_kv1_matched "$BASE/lm_kv1_matched")"
 
 lm() {
   train_sweep lm "$LM" experiment=study_efficient_lm seed="$SEEDS" model.attention=$KINDS \
@@ -77,6 +83,10 @@ if stage tune_linear; then
   linear_abs_grid lm_linear_abs_tune "$LM_LINEAR_TUNE" 1e-3,2e-3,4e-3 "$@"
   linear_abs_grid lm_linear_abs_tune_high "$LM_LINEAR_HIGH" 8e-3,1.6e-2 "$@"
 fi
+# the Katharopoulos form at 1.28e-1 and 2.56e-1, where 6.4e-2 was its best (STAGE=tune_linear_top)
+if stage tune_linear_top; then
+  linear_abs_grid lm_linear_abs_tune_topmost "$LM_LINEAR_TOPMOST" 1.28e-1,2.56e-1 "$@"
+fi
 # each kind at its best rate on the tuning seed (lr_grid.md; inside the grid), on the sweep's
 # seeds: 3.2e-2 for full attention, the sliding window and BigBird, 1.6e-2 for Longformer and
 # linear attention (STAGE=best; TUNE= empty: none)
@@ -88,6 +98,28 @@ if stage best; then
   train_sweep lm_best_1.6e-2 "$LM_BEST_LOW" experiment=study_efficient_lm seed="$SEEDS" \
     model.attention=longformer,linear optim.lr=1.6e-2 model.window=128 model.n_global=1 \
     "${AT_ONCE[@]}" "${CORPUS_ARGS[@]}" "$@"
+fi
+# the Katharopoulos form at its best rate on the tuning seed, 6.4e-2 (1.28e-1 diverged), on the
+# sweep's seeds (STAGE=best_linear), then one step below, 3.2e-2, where 6.4e-2 diverged on one
+# of them (STAGE=best_linear_below; TUNE= empty: neither)
+if stage best_linear; then
+  train_sweep lm_linear_abs_best "$LM_LINEAR_BEST" experiment=study_efficient_lm seed="$SEEDS" \
+    model.attention=linear model.pos=sinusoidal optim.lr=6.4e-2 "${AT_ONCE[@]}" \
+    "${CORPUS_ARGS[@]}" "$@"
+fi
+if stage best_linear_below; then
+  train_sweep lm_linear_abs_best_below "$LM_LINEAR_BELOW" experiment=study_efficient_lm \
+    seed="$SEEDS" model.attention=linear model.pos=sinusoidal optim.lr=3.2e-2 "${AT_ONCE[@]}" \
+    "${CORPUS_ARGS[@]}" "$@"
+fi
+# GQA and MQA at MHA's parameter count: the FFN widened by what the K/V projections lose
+# (2·64·32 weights and 32 biases a layer for GQA, 2·64·48 and 48 for MQA; d_ff 288 and 304
+# give 104,576 and 104,544 parameters against MHA's 104,640; STAGE=kv_matched)
+if [ -z "${STAGE:-}" ] || [ "$STAGE" = kv_matched ]; then
+  train_sweep lm_kv2_matched "$LM_GQA_MATCHED" experiment=study_efficient_lm seed="$SEEDS" \
+    model.n_kv_heads=2 model.d_ff=288 "${AT_ONCE[@]}" "${CORPUS_ARGS[@]}" "$@"
+  train_sweep lm_kv1_matched "$LM_MQA_MATCHED" experiment=study_efficient_lm seed="$SEEDS" \
+    model.n_kv_heads=1 model.d_ff=304 "${AT_ONCE[@]}" "${CORPUS_ARGS[@]}" "$@"
 fi
 # the context gate: full attention and the sliding window again on the LM's seeds, each
 # validation's loss also per context-length bucket (the same training as runs/lm: the buckets
@@ -137,7 +169,7 @@ if [ -n "${TUNE-1}" ]; then
     echo "attention in Katharopoulos et al.'s form (positions added to the input, φ not rotated)."
     echo
     "$PY" -m attnlab.compare "$LM_TUNE" "$LM_TUNE_HIGH" "$LM_TUNE_TOP" "$LM_LINEAR_TUNE" \
-      "$LM_LINEAR_HIGH" "$LM_LINEAR_TOP" --by model.attention model.pos optim.lr \
+      "$LM_LINEAR_HIGH" "$LM_LINEAR_TOP" "$LM_LINEAR_TOPMOST" --by model.attention model.pos optim.lr \
       --metric val/loss 2> >(grep -v '^warning: ' >&2)
   } > "$OUT/lr_grid.md"
 fi
@@ -149,6 +181,14 @@ if [ -n "${TUNE-1}" ]; then
     "$PY" -m attnlab.compare "$LM_BEST_HIGH" "$LM_BEST_LOW" --by model.attention optim.lr \
       --metric val/loss --vs sliding_window full --vs longformer full --vs bigbird full \
       --vs linear full
+    echo
+    echo "Linear attention's two forms on seeds 0, 1, 2: with rotary positions on φ(q), φ(k) (the"
+    echo "study's, model.pos=rope) at its best rate on the tuning seed, and in Katharopoulos et"
+    echo "al.'s form (model.pos=sinusoidal) at its best, 6.4e-2, and one step below (Holm over 2):"
+    echo
+    "$PY" -m attnlab.compare "$LM_BEST_LOW" "$LM_LINEAR_BEST" "$LM_LINEAR_BELOW" \
+      --filter model.attention=linear --by model.pos optim.lr --metric val/loss \
+      --vs optim.lr=0.064 rope --vs optim.lr=0.032 rope
   } > "$OUT/tuned.md"
 fi
 # the context gate and full attention against the window in each context-length bucket, then
@@ -160,6 +200,14 @@ fi
   "$PY" -m attnlab.compare "$LM_CONTEXT" --by model.attention --metric val/loss_pos_001-064 \
     val/loss_pos_065-128 val/loss_pos_129-256 val/loss_pos_257-512 val/loss_pos_513+
 } > "$OUT/context.md"
+# MHA against GQA and MQA at its parameter count (the FFN widened; Holm over the 2)
+{ echo "MHA against GQA and MQA at MHA's parameter count (d_ff 288 and 304 instead of 256),"
+  echo "seeds 0, 1, 2, at the sweep's rate 2e-3 (MHA: the full-attention LM runs):"
+  echo
+  "$PY" -m attnlab.compare "$LM_GQA_MATCHED" "$LM_MQA_MATCHED" "$LM" \
+    --filter model.attention=full --by model.n_kv_heads model.d_ff --vs-best \
+    --metric val/loss params
+} > "$OUT/kv_matched.md"
 "$PY" -m attnlab.compare "$LM" --by model.attention --curve-metric val/loss \
   --plot "$OUT/lm_val_loss.png" > /dev/null
 "$PY" -m attnlab.compare "$MQAR" --by model.attention --curve-metric val/acc \
@@ -167,4 +215,4 @@ fi
 if measuring; then
   measure cost.py cost.md
 fi
-echo "wrote $OUT/results.md, lr_grid.md, tuned.md, context.md and plots (runs: $LM, $LM_KV, $MQAR)"
+echo "wrote $OUT/results.md, lr_grid.md, tuned.md, context.md, kv_matched.md and plots (runs: $LM, $LM_KV, $MQAR)"
