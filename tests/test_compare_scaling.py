@@ -281,3 +281,24 @@ def test_a_final_value_fit_of_two_sizes_is_one_line(tmp_path: Path, capsys) -> N
     code = compare_cli.main([str(tmp_path), "--metric", "val/loss", "--fit", "final"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "needs 3 sizes or more" in err[0], err
+
+
+@pytest.mark.parametrize(
+    ("floors", "shown"),
+    [((3e-16, 1e-22, 2e-11), "E = 0 [0, 0]"),  # a rounding error above the bound E ≥ 0
+     ((0.4475, 7.8e-17, 1.839), "E = 0.4475 [0, 1.8]")],
+    ids=["at-its-bound", "inside"],
+)  # fmt: skip
+def test_a_floor_at_its_bound_is_shown_as_0_and_cis_to_2_digits(
+    floors: tuple[float, float, float], shown: str
+) -> None:
+    from attnlab.compare.scaling import Fit, describe
+
+    e, low, high = floors
+    draws = np.array([[low, math.log(A), ALPHA]] * 25 + [[high, math.log(A), ALPHA]] * 25)
+    params = np.array([e, math.log(A), ALPHA])
+    x, y = np.array([1e10, 1e12]), np.array([2.5, 2.1])
+    fit = Fit("model.ffn=a", "final", ("E", "A", "α"), params, draws, x, y, 0.01, "residuals",
+              100.0)  # fmt: skip
+    (line,) = describe(fit)
+    assert f"{shown}, A = 50 [50, 50], α = 0.15 [0.15, 0.15]" in line, line

@@ -16,7 +16,8 @@
   only each run's last value is used.
 
 Fits minimise squared error in log L (scipy's ``least_squares``; E ≥ 0, exponents in
-(0, 3)) from several starting points, as Hoffmann et al. do. 95 % CIs come from a
+(0, 3)) from several starting points, as Hoffmann et al. do; an E that stops a rounding error
+above its bound is shown as 0. 95 % CIs (shown to 2 significant digits) come from a
 bootstrap: over the seeds of each size (a resample keeps every size, so the fitted range
 stays the same) when every size has 2 runs or more and the resamples are varied enough;
 otherwise over the fit's residuals. The number of distinct resamples the data allow is
@@ -27,8 +28,9 @@ C_A(L*) / C_B(L*) (> 1: B reaches L* with k× less compute), with C(L) = (A/(L �
 from each frontier; L* is the higher of the two fitted losses at the largest FLOPs both
 groups measured, a loss both frontiers reach (or ``--target-loss``). A target outside
 either group's measured range is flagged as an extrapolation; a target so near a fitted
-floor that C(L) diverges across the bootstrap (the estimate outside its own CI, or a tenth
-of the resamples never reaching it) is flagged as ill-conditioned; the multiplier over the
+floor that C(L) diverges across the bootstrap (the estimate outside its own CI, a CI over
+more than six orders of magnitude, or a tenth of the resamples never reaching it) is flagged
+as ill-conditioned and shown without a CI; the multiplier over the
 common measured range is printed too, and whether the two frontiers cross inside it.
 """
 
@@ -303,13 +305,26 @@ def _fit_nd(x: np.ndarray, y: np.ndarray, start: np.ndarray | None = None) -> np
                           [floor, 200.0, 3.0, 200.0, 3.0])  # fmt: skip
 
 
+def bound(value: float) -> str:
+    """A bootstrap percentile to 2 significant digits: over 1000 resamples its Monte Carlo
+    error is a few per cent, and the refits that set it (near-degenerate ones, in the
+    tails) move in later digits with the machine's floating point."""
+    return f"{value:.2g}"
+
+
 def describe(fit: Fit) -> list[str]:
+    """One line per fit: each parameter with its bootstrap CI. A floor E within 1e-9 of the
+    data's scale of its bound 0 is shown as 0: the optimiser stops a rounding error away
+    from a bound, and that residue is not an estimate."""
+    at_zero = 1e-9 * float(np.max(np.abs(fit.y)))
     parts = []
     for i, name in enumerate(fit.names):
         value, (lo, hi) = fit.params[i], fit.interval(i)
         if name in ("A", "B"):  # fitted as logs
             value, lo, hi = math.exp(value), math.exp(lo), math.exp(hi)
-        parts.append(f"{name} = {value:.4g} [{lo:.4g}, {hi:.4g}]")
+        if name == "E":
+            value, lo, hi = (0.0 if v < at_zero else v for v in (value, lo, hi))
+        parts.append(f"{name} = {value:.4g} [{bound(lo)}, {bound(hi)}]")
     return [f"  {fit.label}: {', '.join(parts)}; RMSE of log L {fit.rmse:.4f}"]
 
 
@@ -370,19 +385,26 @@ def multiplier(a: Fit, b: Fit, target: float | None) -> list[str]:
     extrapolated = [f.label for f, c, (m0, m1) in zip((a, b), needed, measured, strict=True)
                     if not m0 <= c <= m1]  # fmt: skip
     word = "less" if k >= 1 else "more"
+    # ill-conditioned: a tenth of the resamples never reach the target, the estimate lies
+    # outside its own CI, or the CI spans more than six orders of magnitude (resamples whose
+    # C(L) diverges set it); then no interval is shown
+    ill = (reached < 0.9 or not ci[0] <= k <= ci[1]
+           or not (ci[0] > 0 and ci[1] / ci[0] < 1e6))  # fmt: skip
+    interval = "(no CI: ill-conditioned)" if ill else f"[{bound(ci[0])}, {bound(ci[1])}]"
     lines = [
         f"Compute multiplier of {b.label} against {a.label} at {target:.4g} ({chosen}): "
-        f"{k:.3g}× [{ci[0]:.3g}, {ci[1]:.3g}] ({b.label} reaches it with "
+        f"{k:.3g}× {interval} ({b.label} reaches it with "
         f"{k if k >= 1 else 1 / k:.3g}× {word} compute)"
         + (f"; EXTRAPOLATED beyond the measured FLOPs of {', '.join(extrapolated)}"
            if extrapolated else "")  # fmt: skip
     ]
-    if reached < 0.9 or not ci[0] <= k <= ci[1]:
+    if ill:
         margin = target - max(a.params[0], b.params[0])
         lines.append(f"  ILL-CONDITIONED: the target is {margin:.3g} above the higher fitted "
                      f"floor, where C(L) diverges ({1 - reached:.0%} of the resamples never "
-                     "reach it; the estimate against its CI above): read the range below, "
-                     "or give a --target-loss well above both floors")  # fmt: skip
+                     "reach it, the others' multipliers spread too widely for a CI): read "
+                     "the range below, or give a --target-loss well above both "
+                     "floors")  # fmt: skip
     grid = np.geomspace(lo, hi, 50)
     la, lb = frontier_law(grid, *a.params), frontier_law(grid, *b.params)
     over = [compute_for(a.params, float(v)) / compute_for(b.params, float(v))
