@@ -76,3 +76,29 @@ def test_the_transfer_slope_reads_every_width(
     transfer: ModuleType, optima: dict[int, float], slope: float
 ) -> None:  # fmt: skip
     assert transfer.transfer_slope(optima) == pytest.approx(slope)
+
+
+def parabolas(root: Path, centres: dict[int, list[float]]) -> str:
+    """A sweep whose every (width, seed) row is the parabola 2 + 0.1·(log2 lr − centre)² over
+    lr = 2^-9 … 2^-3: each row's fitted optimum is exactly 2^centre."""
+    runs = [(width, 2.0**e, seed, 2.0 + 0.1 * (e - centre) ** 2)
+            for width, per_seed in centres.items()
+            for seed, centre in enumerate(per_seed) for e in range(-9, -2)]  # fmt: skip
+    return sweep(root, runs)
+
+
+def test_each_seed_gets_its_own_optimum_and_slope(transfer: ModuleType, tmp_path: Path) -> None:
+    cells = transfer.grid([parabolas(tmp_path, {32: [-6.0, -6.5, -5.5], 64: [-7.0, -7.4, -6.7]})])
+    rows, slopes = transfer.per_seed("SP", cells)
+    assert slopes == pytest.approx([-1.0, -0.9, -1.2])
+    # log2 optima -6, -6.5, -5.5: mean -6 (2^-6 = 0.0156), t CI -6 ± 4.303·0.5/√3 = ±1.242
+    assert any(row.startswith("| 32 | 0.0156 [0.00661, 0.037] | -6.00, -6.50, -5.50 |")
+               for row in rows), rows  # fmt: skip
+
+
+def test_the_slopes_are_tested_against_0_and_paired_by_seed(transfer: ModuleType) -> None:
+    lines = transfer.slope_tests({"SP": [-1.0, -0.9, -1.2], "μP": [0.1, -0.1, 0.05]})
+    assert lines[2].startswith("| SP slope ≠ 0 | -1.03 |")
+    assert lines[4].startswith("| μP − SP slope (paired by seed) | +1.05 |")
+    holm_p = [float(line.split("|")[4]) for line in lines[2:]]
+    assert holm_p[0] < 0.05 and holm_p[1] > 0.05 and holm_p[2] < 0.05

@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # μP learning-rate transfer (Yang et al. 2022, "Tensor Programs V", Fig. 1): a 2-layer decoder
-# on Tiny Shakespeare (characters) at widths 32, 64, 128, 256 and learning rates 2^-11 … 2^-4,
-# under SP and under μP (base width 32), one seed: 64 runs of 400 steps, as two sweeps per
-# parametrisation (2^-11 … 2^-6, then 2^-5 and 2^-4, where μP's optimum lies). The two
-# parametrisations train side by side, one thread each (≈ 45 min on 2 cores); their raw runs
-# are saved to runs/{sp,mup}{,_high}. Then transfer.md (final validation loss per width and
-# learning rate, the best learning rate per width and its drift) and transfer.png.
+# on Tiny Shakespeare (characters) at widths 16, 32, 64, 128, 256 and learning rates 2^-11 …
+# 2^-4 (×2 apart; 2^-3 and 2^-2 too at width 16, whose SP optimum is higher), under SP and
+# under μP (base width 32), seeds 0, 1, 2: 252 runs of 400 steps. They were made in stages,
+# each a sweep per parametrisation (the arms function below): seed 0 at widths 32–256 (two
+# sweeps), width 16 on the three seeds, seeds 1 and 2 at widths 32–256, width 16's two higher
+# rates. The two parametrisations train side by side, one thread each (≈ 2 h 15 on 2 cores);
+# their raw runs are saved to runs/{sp,mup}{,_high,_narrow,_seeds,_narrow_high}. Then
+# transfer.md (final validation loss per width and learning rate, averaged over seeds; the
+# best learning rate per width and its drift; each seed's optimum, with 95 % t intervals and
+# the planned tests of the slopes) and transfer.png.
 #   attnlab-reproduce mup_transfer --train    # this script
 #   attnlab-reproduce mup_transfer --check    # the analysis of the committed runs
 #   GATE=1 experiments/mup_transfer/run.sh      # also the gate (nanoGPT at the study's shape)
-# WIDTHS, LRS and LRS_HIGH (the two learning-rate sweeps), SEEDS and BASE_WIDTH (μP's) default
-# to the committed study's; extra arguments go to every training run (trainer.max_steps=…);
+# WIDTHS, LRS and LRS_HIGH (the two learning-rate sweeps), SEEDS (the first seed), MORE_SEEDS,
+# NARROW and NARROW_HIGH (below), and BASE_WIDTH (μP's) default to the committed study's; extra
+# arguments go to every training run (trainer.max_steps=…);
 # JOBS=1 runs SP's and μP's sweeps one after the other, CORPUS trains on a corpus from
 # attnlab-prepare (../study.sh; the README's "Rerun on GPUs" has the command).
 source "$(dirname "$0")/../study.sh"
@@ -27,27 +32,72 @@ WIDTHS="${WIDTHS:-32,64,128,256}"
 LRS="${LRS:-0.000488,0.000977,0.00195,0.00391,0.00781,0.0156}"
 LRS_HIGH="${LRS_HIGH:-0.0313,0.0625}"
 BASE_WIDTH="${BASE_WIDTH:-32}"
-SP="$(sweep_dir sp "$BASE/sp")" MUP="$(sweep_dir mup "$BASE/mup")"
-SP_HIGH="$(sweep_dir sp_high "$BASE/sp_high")" MUP_HIGH="$(sweep_dir mup_high "$BASE/mup_high")"
+MORE_SEEDS="${MORE_SEEDS-1,2}" NARROW="${NARROW-16}" NARROW_HIGH="${NARROW_HIGH-0.125,0.25}"
+case "${STAGE:-}" in
+  '' | more | narrow_high) ;;
+  *) echo "error: STAGE=$STAGE is not a stage of this study: give more or narrow_high, or leave" \
+       "it unset" >&2
+     exit 2 ;;
+esac
+FIRST_SEEDS="${SEEDS:-0}"
+for seed in ${FIRST_SEEDS//,/ }; do  # a seed in both would train its runs twice
+  case ",$MORE_SEEDS," in *",$seed,"*)
+    echo "error: seed $seed is in both SEEDS and MORE_SEEDS: give the first seed in SEEDS and" \
+      "the others in MORE_SEEDS" >&2
+    exit 2 ;;
+  esac
+done
+# a parametrisation's sweeps, by name: the first seed's grid (sp, sp_high), the widths below
+# μP's base (sp_narrow, sp_narrow_high) and the grid's further seeds (sp_seeds); likewise mup_*
+sweeps() {  # PARAM: the sweeps its tables read, the ones this run trains or trained
+  local names=("$1" "$1_high")
+  if [ -n "$NARROW" ]; then names+=("$1_narrow"); fi
+  if [ -n "$NARROW" ] && [ -n "$NARROW_HIGH" ]; then names+=("$1_narrow_high"); fi
+  if [ -n "$MORE_SEEDS" ]; then names+=("$1_seeds"); fi
+  local name
+  for name in "${names[@]}"; do sweep_dir "$name" "$BASE/$name"; done
+}
 
-grid() {  # PARAM NAME SWEEP LRS [OVERRIDE...]
+grid() {  # PARAM NAME WIDTHS LRS SEEDS [OVERRIDE...] (SEEDS empty: the config's, 0)
   local base=()  # μP's own key: its base width (SP reads none)
   if [ "$1" = mup ]; then base=(model.mup_base_width="$BASE_WIDTH"); fi
-  local seeds=()  # the committed runs: the config's seed, 0
-  if [ -n "${SEEDS:-}" ]; then seeds=(seed="$SEEDS"); fi
-  train_sweep "$2" "$3" experiment=study_mup_transfer model.param="$1" \
-    model.d_model="$WIDTHS" optim.lr="$4" "${seeds[@]}" "${base[@]}" "${CORPUS_ARGS[@]}" "${@:5}"
+  local seeds=()
+  if [ -n "$5" ]; then seeds=(seed="$5"); fi
+  train_sweep "$2" "$(sweep_dir "$2" "$BASE/$2")" experiment=study_mup_transfer \
+    model.param="$1" model.d_model="$3" optim.lr="$4" "${seeds[@]}" "${base[@]}" \
+    "${CORPUS_ARGS[@]}" "${@:6}"
 }
-both() {  # PARAM SWEEP HIGH_SWEEP [OVERRIDE...]
-  grid "$1" "$1" "$2" "$LRS" "${@:4}"
-  grid "$1" "$1_high" "$3" "$LRS_HIGH" "${@:4}"
+at() { [ -z "${STAGE:-}" ] || [ "$STAGE" = "$1" ]; }  # STAGE: that stage's sweeps alone
+# one parametrisation's sweeps, in the order the committed runs were made: the grid on the
+# first seed (SEEDS, the config's 0 when unset), as two sweeps (LRS, then LRS_HIGH); the widths
+# in NARROW (below μP's base) on that seed and MORE_SEEDS; then every width of the grid on
+# MORE_SEEDS, at every rate of both sweeps (STAGE=more: these two alone); then the NARROW
+# widths at NARROW_HIGH, where the narrowest SP model's best rate was the grid's top
+# (STAGE=narrow_high). MORE_SEEDS=, NARROW= or NARROW_HIGH= empty: without those sweeps.
+arms() {  # PARAM [OVERRIDE...]
+  local p="$1" first="${SEEDS:-0}${MORE_SEEDS:+,$MORE_SEEDS}"
+  shift
+  if [ -z "${STAGE:-}" ]; then
+    grid "$p" "$p" "$WIDTHS" "$LRS" "${SEEDS:-}" "$@"
+    grid "$p" "${p}_high" "$WIDTHS" "$LRS_HIGH" "${SEEDS:-}" "$@"
+  fi
+  if [ -n "$NARROW" ] && at more; then grid "$p" "${p}_narrow" "$NARROW" "$LRS,$LRS_HIGH" "$first" "$@"; fi
+  if [ -n "$MORE_SEEDS" ] && at more; then
+    grid "$p" "${p}_seeds" "$WIDTHS" "$LRS,$LRS_HIGH" "$MORE_SEEDS" "$@"
+  fi
+  if [ -n "$NARROW" ] && [ -n "$NARROW_HIGH" ] && at narrow_high; then
+    grid "$p" "${p}_narrow_high" "$NARROW" "$NARROW_HIGH" "$first" "$@"
+  fi
 }
-sp() { both sp "$SP" "$SP_HIGH" "$@"; }
-mup() { both mup "$MUP" "$MUP_HIGH" "$@"; }
+sp() { arms sp "$@"; }
+mup() { arms mup "$@"; }
 if [ -z "${SKIP_TRAIN:-}" ]; then streams sp mup "$@"; fi
+[ -n "${STAGE:-}" ] && exit 0
 analysis_follows
 
-"$PY" "$HERE/transfer.py" --sp "$SP" "$SP_HIGH" --mup "$MUP" "$MUP_HIGH" --out "$OUT"
+mapfile -t SP_SWEEPS < <(sweeps sp)
+mapfile -t MUP_SWEEPS < <(sweeps mup)
+"$PY" "$HERE/transfer.py" --sp "${SP_SWEEPS[@]}" --mup "${MUP_SWEEPS[@]}" --out "$OUT"
 # μP's coordinate check from the sweep's base width, doubling up to 1024 (32 … 1024 by default;
 # at least two widths) on the same text (a few minutes on the CPU; with --train or --measure):
 # mean |activation| per layer type after each of 4 Adam steps, SP and μP

@@ -9,6 +9,13 @@ narrowest to the widest model (in octaves: 1.0 = the best LR halves) and the slo
 optimum against width over every width (log-log). A cell with several
 runs (seeds) is their mean, and each table says how many runs each cell holds. A run that
 diverged or did not finish counts as infinitely bad, so a cell with one is shown as "div.".
+
+With several seeds, each seed's own row also gets its parabola: each width's optimum is then
+the geometric mean over seeds with a 95 % Student-t interval (in log2 lr), each seed's slope
+of the optimum against width is a sample of the slope (mean, t interval), and three planned
+tests, Holm-corrected, ask whether SP's slope and μP's differ from 0 (one-sample t) and from
+each other (paired by seed: both parametrisations share a seed's initialisation at μP's base
+width, where they are the same model).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean, linear_regression
 
+from attnlab.compare import holm, t_interval
 from attnlab.compare.runs import load_runs
 
 METRIC = "val/loss"
@@ -32,11 +40,13 @@ class Grid:
     losses: dict[int, dict[float, float]]  # {width: {lr: mean final val/loss, inf if any failed}}
     counts: dict[int, dict[float, int]]  # {width: {lr: runs}}
     steps: set[int]  # the runs' trainer.max_steps
+    seeds: dict[int, dict[int, dict[float, float]]]  # {seed: {width: {lr: final val/loss}}}
 
 
 def grid(sweeps: list[str]) -> Grid:
     """Every run of ``sweeps`` in its (width, lr) cell, averaged over the cell's seeds."""
     cells: dict[int, dict[float, list[float]]] = {}
+    seeds: dict[int, dict[int, dict[float, float]]] = {}
     steps = set()
     for run in load_runs(sweeps):
         width = int(run.config["model"]["d_model"])
@@ -44,13 +54,15 @@ def grid(sweeps: list[str]) -> Grid:
         steps.add(int(run.config["trainer"]["max_steps"]))
         loss = run.metrics.get(METRIC, math.inf) if run.completed else math.inf
         cells.setdefault(width, {}).setdefault(lr, []).append(loss)
+        seeds.setdefault(int(run.config["seed"]), {}).setdefault(width, {})[lr] = loss
     losses = {
         w: {lr: fmean(runs) if all(map(math.isfinite, runs)) else math.inf
             for lr, runs in sorted(row.items())}
         for w, row in sorted(cells.items())
     }  # fmt: skip
     counts = {w: {lr: len(runs) for lr, runs in sorted(row.items())} for w, row in cells.items()}
-    return Grid(losses, counts, steps)
+    seeds = {seed: dict(sorted(rows.items())) for seed, rows in sorted(seeds.items())}
+    return Grid(losses, counts, steps, seeds)
 
 
 def runs_per_cell(grids: list[Grid]) -> str:
@@ -135,6 +147,80 @@ def table(name: str, cells: Grid) -> list[str]:
     return lines
 
 
+def complete_seeds(cells: Grid) -> dict[int, dict[int, dict[float, float]]]:
+    """The seeds that ran every (width, lr) cell of the grid: each one's rows."""
+    def complete(rows: dict[int, dict[float, float]]) -> bool:
+        return all(set(rows.get(w, {})) == set(row) for w, row in cells.losses.items())
+
+    return {seed: rows for seed, rows in cells.seeds.items() if complete(rows)}
+
+
+def interval(values: list[float]) -> str:
+    low, high = t_interval(values) or (math.nan, math.nan)
+    return f"[{low:.3f}, {high:.3f}]" if low != high else f"[{low:.3f}]"
+
+
+def octave_interval(log2s: list[float]) -> str:
+    """A learning rate's geometric mean and its t interval, from log2 values."""
+    low, high = t_interval(log2s) or (math.nan, math.nan)
+    return f"{2 ** fmean(log2s):.3g} [{2**low:.3g}, {2**high:.3g}]"
+
+
+def per_seed(name: str, cells: Grid) -> tuple[list[str], list[float]]:
+    """Each width's optimum over seeds (each seed's own parabola) and each seed's slope."""
+    seeds = complete_seeds(cells)
+    rows = [
+        f"#### {name}: each seed's fitted optimum (seeds {', '.join(map(str, seeds))})",
+        "",
+        "| width | fitted optimum, geometric mean [95 % t CI] | log2 optimum per seed "
+        "| best loss per seed, mean [95 % t CI] | at the grid's edge |",
+        "|---|---|---|---|---|",
+    ]
+    log2_optima: dict[int, list[float]] = {}
+    for width in cells.losses:
+        fits = [optimum(rows_[width]) for rows_ in seeds.values()]
+        lrs = sorted(cells.losses[width])
+        edge = sum(best in (lrs[0], lrs[-1]) for best, _ in fits)
+        log2_optima[width] = [math.log2(fitted) for _, fitted in fits]
+        bests = [min(rows_[width].values()) for rows_ in seeds.values()]
+        rows.append(
+            f"| {width} | {octave_interval(log2_optima[width])} | "
+            + ", ".join(f"{v:+.2f}" for v in log2_optima[width])
+            + f" | {fmean(bests):.3f} {interval(bests)} | {edge} of {len(fits)} |"
+        )
+    widths = list(cells.losses)
+    slopes = [
+        linear_regression([math.log2(w) for w in widths],
+                          [log2_optima[w][k] for w in widths]).slope
+        for k in range(len(seeds))
+    ]  # fmt: skip
+    rows += [
+        "",
+        f"{name}: slope of log2(fitted optimum) against log2(width) over the {len(widths)} "
+        f"widths, one per seed: {', '.join(f'{v:+.2f}' for v in slopes)}; mean "
+        f"{fmean(slopes):+.2f} {interval(slopes)} (95 % t CI).",
+    ]
+    return rows, slopes
+
+
+def slope_tests(slopes: dict[str, list[float]]) -> list[str]:
+    """SP's and μP's slopes against 0, and against each other paired by seed; Holm over 3."""
+    from scipy import stats
+
+    (a, sa), (b, sb) = slopes.items()
+    tests = [
+        (f"{a} slope ≠ 0", fmean(sa), stats.ttest_1samp(sa, 0.0).pvalue),
+        (f"{b} slope ≠ 0", fmean(sb), stats.ttest_1samp(sb, 0.0).pvalue),
+        (f"{b} − {a} slope (paired by seed)", fmean(sb) - fmean(sa),
+         stats.ttest_rel(sb, sa).pvalue),
+    ]  # fmt: skip
+    adjusted = holm([p for _, _, p in tests])
+    lines = ["| planned test | estimate | p | Holm p (over 3) |", "|---|---|---|---|"]
+    for (label, estimate, p), q in zip(tests, adjusted, strict=True):
+        lines.append(f"| {label} | {estimate:+.2f} | {p:.2g} | {q:.2g} |")
+    return lines
+
+
 def plot(grids: dict[str, dict[int, dict[float, float]]], path: Path) -> None:
     import matplotlib
 
@@ -175,6 +261,13 @@ def main(argv: list[str]) -> int:
     lines = [f"## Learning-rate transfer: {steps} steps, {seeds}", ""]
     for name, cells in grids.items():
         lines += table(name, cells) + [""]
+    if all(len(complete_seeds(cells)) >= 2 and len(cells.losses) >= 2 for cells in grids.values()):
+        lines += ["### Each seed's optimum", ""]
+        slopes = {}
+        for name, cells in grids.items():
+            rows, slopes[name] = per_seed(name, cells)
+            lines += rows + [""]
+        lines += slope_tests(slopes) + [""]
     (args.out / "transfer.md").write_text("\n".join(lines), encoding="utf-8")
     plot({name: cells.losses for name, cells in grids.items()}, args.out / "transfer.png")
     print("\n".join(lines))
