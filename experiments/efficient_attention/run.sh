@@ -10,10 +10,11 @@
 # saved to runs/lm, runs/lm_kv and runs/mqar. Then on the LM each kind's rate grid on tuning
 # seed 100 (runs/lm_tune*, runs/lm_linear_abs_tune*: linear attention in Katharopoulos et al.'s
 # form too), each kind on the sweep's seeds at its best rate (runs/lm_best_*,
-# runs/lm_linear_abs_best*), GQA and MQA at MHA's parameter count (runs/lm_kv*_matched), and
-# full attention and the window with their loss per context length (runs/lm_context). Then the
-# tables (results.md, lr_grid.md, tuned.md, kv_matched.md, context.md) and plots, and, when
-# training or with MEASURE=1, cost.py's measurements (cost.md) on this machine.
+# runs/lm_linear_abs_best*), MQAR's rate grid on the tuning seed (runs/mqar_tune), GQA and MQA
+# at MHA's parameter count (runs/lm_kv*_matched), and full attention and the window with their
+# loss per context length (runs/lm_context). Then the tables (results.md, lr_grid.md,
+# mqar_tuned.md, tuned.md, kv_matched.md, context.md) and plots, and, when training or with
+# MEASURE=1, cost.py's measurements (cost.md) on this machine.
 #   attnlab-reproduce efficient_attention --train    # this script
 #   attnlab-reproduce efficient_attention --check    # the analysis of the committed runs
 # Extra arguments go to every training run (trainer=gpu, trainer.max_steps=…); JOBS=1 runs the
@@ -43,6 +44,8 @@ LM_LINEAR_BEST="$(sweep_dir lm_linear_abs_best "$BASE/lm_linear_abs_best")"
 LM_LINEAR_BELOW="$(sweep_dir lm_linear_abs_best_below "$BASE/lm_linear_abs_best_below")"
 LM_GQA_MATCHED="$(sweep_dir lm_kv2_matched "$BASE/lm_kv2_matched")"
 LM_MQA_MATCHED="$(sweep_dir lm_kv1_matched "$BASE/lm_kv1_matched")"
+MQAR_TUNE="$(sweep_dir mqar_tune "$BASE/mqar_tune")"
+MQAR_BEST_LINEAR="$(sweep_dir mqar_best_linear "$BASE/mqar_best_linear")"
 
 lm() {
   train_sweep lm "$LM" experiment=study_efficient_lm seed="$SEEDS" model.attention=$KINDS \
@@ -112,6 +115,20 @@ if stage best_linear_below; then
     seed="$SEEDS" model.attention=linear model.pos=sinusoidal optim.lr=3.2e-2 "${AT_ONCE[@]}" \
     "${CORPUS_ARGS[@]}" "$@"
 fi
+# MQAR's rate grid on tuning seed 100 for the kinds that can reach the pairs (full, BigBird,
+# linear; the windowed kinds cannot see past their window, at any rate): 1e-3 … 3e-2, the
+# sweep's 3e-3 among them (STAGE=mqar_tune; TUNE= empty: none)
+if stage mqar_tune; then
+  train_sweep mqar_tune "$MQAR_TUNE" experiment=study_efficient_mqar seed=100 \
+    model.attention=full,bigbird,linear optim.lr=1e-3,3e-3,1e-2,3e-2 model.attn_block=16 \
+    model.n_random=2 "${AT_ONCE[@]}" "$@"
+fi
+# then linear attention on the sweep's seeds at its best there, 1e-2 (full attention's and
+# BigBird's best is the sweep's 3e-3, whose runs are runs/mqar; STAGE=mqar_best)
+if stage mqar_best; then
+  train_sweep mqar_best_linear "$MQAR_BEST_LINEAR" experiment=study_efficient_mqar \
+    seed="$SEEDS" model.attention=linear optim.lr=1e-2 "${AT_ONCE[@]}" "$@"
+fi
 # GQA and MQA at MHA's parameter count: the FFN widened by what the K/V projections lose
 # (2·64·32 weights and 32 biases a layer for GQA, 2·64·48 and 48 for MQA; d_ff 288 and 304
 # give 104,576 and 104,544 parameters against MHA's 104,640; STAGE=kv_matched)
@@ -173,6 +190,23 @@ if [ -n "${TUNE-1}" ]; then
       --metric val/loss 2> >(grep -v '^warning: ' >&2)
   } > "$OUT/lr_grid.md"
 fi
+# MQAR's rate grid on the tuning seed (one run a point, as lr_grid.md), then BigBird and linear
+# attention at their best rates against full attention at its own, seeds 0-2 (Holm over the 2)
+if [ -n "${TUNE-1}" ]; then
+  { echo "MQAR's rate for the kinds that can reach the pairs, tuning seed 100 alone (n = 1 a"
+    echo "point):"
+    echo
+    "$PY" -m attnlab.compare "$MQAR_TUNE" --by model.attention optim.lr \
+      --metric val/acc val/loss 2> >(grep -v '^warning: ' >&2)
+    echo
+    echo "Each at its best rate there, seeds 0, 1, 2 (full attention and BigBird at 3e-3: the"
+    echo "sweep's runs, shown with the rest of that sweep; linear attention at 1e-2), against full"
+    echo "attention (Welch, Holm over the 2):"
+    echo
+    "$PY" -m attnlab.compare "$MQAR" "$MQAR_BEST_LINEAR" --by model.attention optim.lr \
+      --metric val/acc test/acc --vs bigbird full --vs optim.lr=0.01 full
+  } > "$OUT/mqar_tuned.md"
+fi
 # each kind against full attention at each one's best rate (Holm over the 4)
 if [ -n "${TUNE-1}" ]; then
   { echo "Each kind at its best rate on the tuning seed (lr_grid.md), seeds 0, 1, 2, against full"
@@ -215,4 +249,4 @@ fi
 if measuring; then
   measure cost.py cost.md
 fi
-echo "wrote $OUT/results.md, lr_grid.md, tuned.md, context.md, kv_matched.md and plots (runs: $LM, $LM_KV, $MQAR)"
+echo "wrote $OUT/results.md, lr_grid.md, mqar_tuned.md, tuned.md, context.md, kv_matched.md and plots (runs: $LM, $LM_KV, $MQAR)"
