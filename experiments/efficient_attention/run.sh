@@ -66,9 +66,9 @@ kinds_grid() {  # NAME SWEEP RATES [OVERRIDE...]: every kind at RATES
 }
 # linear attention in Katharopoulos et al.'s form: no rotation of φ(q), φ(k), sinusoidal
 # positions added to the input instead
-linear_abs_grid() {  # NAME SWEEP RATES [OVERRIDE...]
-  train_sweep "$1" "$2" experiment=study_efficient_lm seed=100 model.attention=linear \
-    model.pos=sinusoidal optim.lr="$3" "${AT_ONCE[@]}" "${CORPUS_ARGS[@]}" "${@:4}"
+linear_abs() {  # NAME SWEEP SEEDS RATES [OVERRIDE...]
+  train_sweep "$1" "$2" experiment=study_efficient_lm seed="$3" model.attention=linear \
+    model.pos=sinusoidal optim.lr="$4" "${AT_ONCE[@]}" "${CORPUS_ARGS[@]}" "${@:5}"
 }
 stage() { [ -n "${TUNE-1}" ] && { [ -z "${STAGE:-}" ] || [ "$STAGE" = "$1" ]; }; }
 # 1e-3, 2e-3 (the sweep's) and 4e-3 (STAGE=tune)
@@ -79,16 +79,16 @@ if stage tune_high; then kinds_grid lm_tune_high "$LM_TUNE_HIGH" 8e-3,1.6e-2 "$@
 # (STAGE=tune_top)
 if stage tune_top; then
   kinds_grid lm_tune_top "$LM_TUNE_TOP" 3.2e-2,6.4e-2 "$@"
-  linear_abs_grid lm_linear_abs_tune_top "$LM_LINEAR_TOP" 3.2e-2,6.4e-2 "$@"
+  linear_abs lm_linear_abs_tune_top "$LM_LINEAR_TOP" 100 3.2e-2,6.4e-2 "$@"
 fi
 # the Katharopoulos form at 1e-3 … 4e-3, then higher where 4e-3 was its best (STAGE=tune_linear)
 if stage tune_linear; then
-  linear_abs_grid lm_linear_abs_tune "$LM_LINEAR_TUNE" 1e-3,2e-3,4e-3 "$@"
-  linear_abs_grid lm_linear_abs_tune_high "$LM_LINEAR_HIGH" 8e-3,1.6e-2 "$@"
+  linear_abs lm_linear_abs_tune "$LM_LINEAR_TUNE" 100 1e-3,2e-3,4e-3 "$@"
+  linear_abs lm_linear_abs_tune_high "$LM_LINEAR_HIGH" 100 8e-3,1.6e-2 "$@"
 fi
 # the Katharopoulos form at 1.28e-1 and 2.56e-1, where 6.4e-2 was its best (STAGE=tune_linear_top)
 if stage tune_linear_top; then
-  linear_abs_grid lm_linear_abs_tune_topmost "$LM_LINEAR_TOPMOST" 1.28e-1,2.56e-1 "$@"
+  linear_abs lm_linear_abs_tune_topmost "$LM_LINEAR_TOPMOST" 100 1.28e-1,2.56e-1 "$@"
 fi
 # each kind at its best rate on the tuning seed (lr_grid.md; inside the grid), on the sweep's
 # seeds: 3.2e-2 for full attention, the sliding window and BigBird, 1.6e-2 for Longformer and
@@ -105,15 +105,9 @@ fi
 # the Katharopoulos form at its best rate on the tuning seed, 6.4e-2 (1.28e-1 diverged), on the
 # sweep's seeds (STAGE=best_linear), then one step below, 3.2e-2, where 6.4e-2 diverged on one
 # of them (STAGE=best_linear_below; TUNE= empty: neither)
-if stage best_linear; then
-  train_sweep lm_linear_abs_best "$LM_LINEAR_BEST" experiment=study_efficient_lm seed="$SEEDS" \
-    model.attention=linear model.pos=sinusoidal optim.lr=6.4e-2 "${AT_ONCE[@]}" \
-    "${CORPUS_ARGS[@]}" "$@"
-fi
+if stage best_linear; then linear_abs lm_linear_abs_best "$LM_LINEAR_BEST" "$SEEDS" 6.4e-2 "$@"; fi
 if stage best_linear_below; then
-  train_sweep lm_linear_abs_best_below "$LM_LINEAR_BELOW" experiment=study_efficient_lm \
-    seed="$SEEDS" model.attention=linear model.pos=sinusoidal optim.lr=3.2e-2 "${AT_ONCE[@]}" \
-    "${CORPUS_ARGS[@]}" "$@"
+  linear_abs lm_linear_abs_best_below "$LM_LINEAR_BELOW" "$SEEDS" 3.2e-2 "$@"
 fi
 # MQAR's rate grid on tuning seed 100 for the kinds that can reach the pairs (full, BigBird,
 # linear; the windowed kinds cannot see past their window, at any rate): 1e-3 … 3e-2, the
