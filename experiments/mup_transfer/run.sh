@@ -40,6 +40,7 @@ case "${STAGE:-}" in
      exit 2 ;;
 esac
 FIRST_SEEDS="${SEEDS:-0}"
+NARROW_SEEDS="$FIRST_SEEDS${MORE_SEEDS:+,$MORE_SEEDS}"  # the NARROW widths run on every seed
 for seed in ${FIRST_SEEDS//,/ }; do  # a seed in both would train its runs twice
   case ",$MORE_SEEDS," in *",$seed,"*)
     echo "error: seed $seed is in both SEEDS and MORE_SEEDS: give the first seed in SEEDS and" \
@@ -75,18 +76,20 @@ at() { [ -z "${STAGE:-}" ] || [ "$STAGE" = "$1" ]; }  # STAGE: that stage's swee
 # widths at NARROW_HIGH, where the narrowest SP model's best rate was the grid's top
 # (STAGE=narrow_high). MORE_SEEDS=, NARROW= or NARROW_HIGH= empty: without those sweeps.
 arms() {  # PARAM [OVERRIDE...]
-  local p="$1" first="${SEEDS:-0}${MORE_SEEDS:+,$MORE_SEEDS}"
+  local p="$1"
   shift
   if [ -z "${STAGE:-}" ]; then
     grid "$p" "$p" "$WIDTHS" "$LRS" "${SEEDS:-}" "$@"
     grid "$p" "${p}_high" "$WIDTHS" "$LRS_HIGH" "${SEEDS:-}" "$@"
   fi
-  if [ -n "$NARROW" ] && at more; then grid "$p" "${p}_narrow" "$NARROW" "$LRS,$LRS_HIGH" "$first" "$@"; fi
+  if [ -n "$NARROW" ] && at more; then
+    grid "$p" "${p}_narrow" "$NARROW" "$LRS,$LRS_HIGH" "$NARROW_SEEDS" "$@"
+  fi
   if [ -n "$MORE_SEEDS" ] && at more; then
     grid "$p" "${p}_seeds" "$WIDTHS" "$LRS,$LRS_HIGH" "$MORE_SEEDS" "$@"
   fi
   if [ -n "$NARROW" ] && [ -n "$NARROW_HIGH" ] && at narrow_high; then
-    grid "$p" "${p}_narrow_high" "$NARROW" "$NARROW_HIGH" "$first" "$@"
+    grid "$p" "${p}_narrow_high" "$NARROW" "$NARROW_HIGH" "$NARROW_SEEDS" "$@"
   fi
 }
 sp() { arms sp "$@"; }
