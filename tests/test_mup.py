@@ -117,6 +117,29 @@ def test_attention_logits_are_q_dot_k_over_d_head_scaled_to_sp_at_the_base_width
     torch.testing.assert_close(attention.last_weights, scores.softmax(-1))
 
 
+def test_the_base_multipliers_scale_the_readout_and_the_attention_logits() -> None:
+    """α_output and α_attn (Tensor Programs V's tuned constants) by hand at width 128: the
+    logits are α_output·(32/128)·h Wᵀ and the attention scores α_attn·q·k·√8/32."""
+    alphas = {"mup_output_mult": 2.5, "mup_attn_mult": 0.5}
+    model = make("decoder_only", 128, "mup", tie_embeddings=False, attn_impl="math", **alphas)
+    tokens = inputs("decoder_only")[0]
+    expected = model.hidden(tokens) @ model.lm_head.weight.T * (2.5 * 32 / 128)
+    torch.testing.assert_close(model(tokens), expected)
+    attention = model.decoder.layers[0].self_attn
+    attention.record_weights = True
+    x = torch.randn(1, 5, 128)
+    attention(x, model.decoder.attention_inputs(torch.ones(1, 5, dtype=torch.long), None,
+                                                None, None)[1])  # fmt: skip
+    q, k, _ = (t.view(1, 5, 4, 32).transpose(1, 2) for t in attention.in_proj(x).split(128, -1))
+    scores = q @ k.transpose(-1, -2) * 0.5 * math.sqrt(8) / 32
+    scores = scores.masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), float("-inf"))
+    torch.testing.assert_close(attention.last_weights, scores.softmax(-1))
+    task_model = {"name": "encoder_only", "vocab_size": 40, "d_model": 128, "n_heads": 4,
+                  "n_layers": 1, "param": "mup", "mup_base_width": 32, **alphas}  # fmt: skip
+    head = ClassificationTask(model=task_model, num_classes=3).head[1]
+    assert head.multiplier == 2.5 * 32 / 128
+
+
 def test_a_classification_head_is_a_readout_under_mup() -> None:
     model = {"name": "encoder_only", "vocab_size": 40, "d_model": 128, "n_heads": 4,
              "n_layers": 1, "param": "mup", "mup_base_width": 32}  # fmt: skip
@@ -134,6 +157,8 @@ def test_a_classification_head_is_a_readout_under_mup() -> None:
         ({"attention": "linear"}, "model.attention=linear has none"),
         ({"mup_base_width": 30}, "model.mup_base_width=30 is not divisible"),
         ({"mup_base_width": 12, "pos": "rope"}, "RoPE cannot rotate"),
+        ({"param": "sp", "mup_output_mult": 2.0}, "applies to model.param=mup, not "),
+        ({"mup_attn_mult": 0}, "model.mup_attn_mult=0 must be a finite number > 0"),
     ],
 )
 def test_what_mup_cannot_take_is_refused_in_one_line(keys: dict, message: str) -> None:

@@ -23,9 +23,13 @@ them the paper's 1/√d_head at the base width. Tied embeddings follow Table 8: 
 matrix is an input weight (constant init, learning rate η) and the readout still applies
 its 1/m multiplier ("μP with weight sharing", Appendix B). Each constant is chosen so that,
 at the base width, μP *is* SP: the same initialisation, forward and learning rates, bit for
-bit. Hidden weights' weight decay is multiplied by m as the learning rate is divided by it
-(as Microsoft's ``mup.MuAdamW`` does), so that AdamW's decay per step, lr·λ, does not change
-with width.
+bit. Tensor Programs V tunes two more constants at the base width and transfers them with
+the learning rate (Fig. 4; the attention temperature in its GPT-3 search):
+``model.mup_output_mult`` α_output multiplies the readouts (α_output·base/width) and
+``model.mup_attn_mult`` α_attn the attention logits (α_attn·q·k·√d_base/d_head); at their
+default 1, μP at the base width is SP. Hidden weights' weight decay is multiplied by m as the
+learning rate is divided by it (as Microsoft's ``mup.MuAdamW`` does), so that AdamW's decay
+per step, lr·λ, does not change with width.
 
 Width is ``d_model`` (the heads keep their number and grow in size; d_ff and the other
 widths keep their ratio to it). Which dimension of a weight is a width dimension is read,
@@ -168,11 +172,12 @@ def apply_mup(model: nn.Module, cfg: ModelConfig) -> None:
     for module in model.modules():
         if isinstance(module, MultiHeadAttention):
             # q·k √d_base / d_head: SDPA divides by √d_head, so q is scaled by √(d_base/d_head)
-            module.query_scale = math.sqrt((cfg.mup_base_width // cfg.n_heads) / module.d_head)
+            module.query_scale = cfg.mup_attn_mult * math.sqrt(
+                (cfg.mup_base_width // cfg.n_heads) / module.d_head)
         elif isinstance(module, TokenEmbedding) and cfg.scale_embeddings:
             module.scale = math.sqrt(cfg.mup_base_width)  # √d_model at the base width
         elif isinstance(module, Readout):
-            module.multiplier = mult
+            module.multiplier = cfg.mup_output_mult * mult
     model.lr_multipliers = multipliers
 
 
@@ -187,7 +192,7 @@ def readout(cfg: ModelConfig, d_in: int, d_out: int, bias: bool = True) -> Reado
             layer.weight.mul_(math.sqrt(1.0 / mult))
             if layer.bias is not None:
                 layer.bias.mul_(math.sqrt(1.0 / mult))  # the bias's bound is fan_in^-½ too
-        layer.multiplier = mult
+        layer.multiplier = cfg.mup_output_mult * mult
     return layer
 
 
