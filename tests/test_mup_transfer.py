@@ -102,3 +102,63 @@ def test_the_slopes_are_tested_against_0_and_paired_by_seed(transfer: ModuleType
     assert lines[4].startswith("| μP − SP slope (paired by seed) | +1.05 |")
     holm_p = [float(line.split("|")[4]) for line in lines[2:]]
     assert holm_p[0] < 0.05 and holm_p[1] > 0.05 and holm_p[2] < 0.05
+
+
+def tune_sweep(root: Path, runs: list[tuple[float, float, float, int, float]]) -> str:
+    """A base-width sweep of (α_output, α_attn, lr, seed, final val/loss) at width 32."""
+    for job, (output, attn, lr, seed, loss) in enumerate(runs):
+        write_summary(
+            root / str(job), status="completed",
+            config={"model": {"d_model": 32, "mup_output_mult": output, "mup_attn_mult": attn},
+                    "optim": {"lr": lr}, "seed": seed, "trainer": {"max_steps": 400}},
+            metrics={"val/loss": loss}, task="lm",
+        )  # fmt: skip
+    return str(root)
+
+
+TUNE_RUNS = [(1, 1, 0.01, 100, 2.2), (1, 1, 0.01, 101, 2.0), (1, 1, 0.02, 100, 2.3),
+             (1, 1, 0.02, 101, 2.3), (2, 1, 0.01, 100, 2.0), (2, 1, 0.01, 101, 2.1),
+             (2, 1, 0.02, 100, 1.9), (2, 1, 0.02, 101, 2.3)]  # fmt: skip
+
+
+def test_the_base_width_tuning_chooses_the_best_mean_over_the_tuning_seeds(
+    transfer: ModuleType, tmp_path: Path
+) -> None:
+    lines, choice, untuned = transfer.tune([tune_sweep(tmp_path, TUNE_RUNS)])
+    # (2, 1) at 0.01: (2.0 + 2.1)/2 = 2.05 beats its 0.02 (2.1) and (1, 1)'s best, 2.1 at 0.01
+    assert (choice.output, choice.attn, choice.lr, choice.width) == (2, 1, 0.01, 32)
+    assert choice.loss == pytest.approx(2.05)
+    assert (untuned.lr, untuned.loss) == (0.01, pytest.approx(2.1))
+    assert "| 2 | **2.050 (0.01)** |" in lines
+    assert "at the grid's edge: α_output, α_attn, the rate." in lines[-2]
+    assert lines[-1].endswith("0.050 above the choice.")
+
+
+def test_a_tuning_cell_missing_a_seed_is_refused(transfer: ModuleType, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="not every cell on seeds"):
+        transfer.tune([tune_sweep(tmp_path, TUNE_RUNS[:-1])])
+
+
+def test_the_tuned_transfer_is_tested_paired_by_seed(transfer: ModuleType) -> None:
+    def grid(rows: dict[int, dict[int, dict[float, float]]]) -> object:
+        widths = {w for per_seed in rows.values() for w in per_seed}
+        losses = {w: {lr: sum(r[w][lr] for r in rows.values()) / len(rows) for lr in
+                      next(iter(rows.values()))[w]} for w in sorted(widths)}  # fmt: skip
+        return transfer.Grid(losses, {w: dict.fromkeys(row, len(rows))
+                                      for w, row in losses.items()}, {400}, rows)  # fmt: skip
+
+    tuned = grid({0: {32: {0.02: 2.1}, 256: {0.02: 1.9}}, 1: {32: {0.02: 2.2}, 256: {0.02: 2.0}},
+                  2: {32: {0.02: 2.0}, 256: {0.02: 1.7}}})  # fmt: skip
+    mup = grid({s: {256: {0.01: 2.0 + s / 10, 0.02: 2.5}} for s in range(3)})
+    sp = grid({s: {256: {0.002: 1.8, 0.004: 1.9 + s / 10}} for s in range(3)})
+    choice = transfer.Choice(4, 2, 0.02, 2.0, 32)
+    untuned = transfer.Choice(1, 1, 0.01, 2.1, 32)
+    lines = transfer.tuned_tests(tuned, [0.1, -0.1, 0.0], choice, untuned, mup, sp)
+    # widest − base: −0.2, −0.2, −0.3: mean −0.233, t = −0.233/(0.0577/√3) = −7.0, 2 df: p 0.0198
+    assert lines[3].startswith(
+        "| width 256 − width 32, tuned μP at lr 0.02 (n = 3) | -0.233 | 0.02 |")
+    # tuned − untuned at 256: 1.9−2.0, 2.0−2.1, 1.7−2.2; tuned − SP at SP's best rate, 0.002
+    assert "(lr 0.02 against 0.01) (n = 3) | -0.233 |" in lines[4]
+    assert "(lr 0.02 against SP's best 0.002) (n = 3) | +0.067 |" in lines[5]
+    assert lines[2].startswith("| tuned μP's slope ≠ 0 (n = 3) | +0.000 | 1 |")
+    assert "| SP at the widest | 0.002 | 1.800, 1.800, 1.800 | 1.800 [1.800] |" in lines

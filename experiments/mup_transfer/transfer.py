@@ -1,6 +1,7 @@
 """The LR × width grid of the μP transfer study: tables and the Fig. 1-style plot.
 
 usage: transfer.py --sp SWEEP [SWEEP ...] --mup SWEEP [SWEEP ...] --out FOLDER
+                   [--tune SWEEP [SWEEP ...] --tuned SWEEP [SWEEP ...]]
 
 For each parametrisation: the final validation loss of every (width, learning rate) run, the
 best learning rate per width on the grid and where a parabola through the best point and
@@ -16,6 +17,18 @@ of the optimum against width is a sample of the slope (mean, t interval), and th
 tests, Holm-corrected, ask whether SP's slope and μP's differ from 0 (one-sample t) and from
 each other (paired by seed: both parametrisations share a seed's initialisation at μP's base
 width, where they are the same model).
+
+With ``--tune`` and ``--tuned`` (``tuned.md``, ``tuned.png``): μP's base multipliers tuned at
+the base width as Tensor Programs V does, then transferred. ``--tune`` holds the base-width
+grid over α_output (``model.mup_output_mult``), α_attn (``model.mup_attn_mult``) and the
+learning rate on a tuning seed that reports nothing; its best cell is the choice. ``--tuned``
+holds μP with the chosen multipliers at every width, rate and reporting seed. Four planned
+tests, paired by seed and Holm-corrected: the tuned optimum's slope against width (0: it
+transfers); at the transferred rate (the tuning seed's choice), the widest model against
+the base width ("wider is better"); the widest model tuned against untuned μP at its own
+transferred rate (the tuning seed's best at multipliers 1); and against SP at the widest
+width at SP's best rate on the grid (chosen on the reporting seeds themselves, so biased
+towards SP).
 """
 
 from __future__ import annotations
@@ -221,6 +234,173 @@ def slope_tests(slopes: dict[str, list[float]]) -> list[str]:
     return lines
 
 
+@dataclass(frozen=True)
+class Choice:
+    """The tuning seed's best cell at the base width: the multipliers and the rate."""
+
+    output: float
+    attn: float
+    lr: float
+    loss: float
+    width: int
+
+
+def multiplier(run: object, key: str) -> float:
+    return float(run.config["model"].get(key, 1.0))  # type: ignore[attr-defined]
+
+
+def tune(sweeps: list[str]) -> tuple[list[str], Choice, Choice]:
+    """The base-width grid over (α_output, α_attn, lr): a table of each multiplier pair's best
+    rate and loss, the choice (the best cell) and the untuned pair's (1, 1) best."""
+    runs: dict[tuple[float, float], dict[float, dict[int, float]]] = {}
+    widths = set()
+    for run in load_runs(sweeps):
+        pair = (multiplier(run, "mup_output_mult"), multiplier(run, "mup_attn_mult"))
+        loss = run.metrics.get(METRIC, math.inf) if run.completed else math.inf
+        lr = float(run.config["optim"]["lr"])
+        runs.setdefault(pair, {}).setdefault(lr, {})[int(run.config["seed"])] = loss
+        widths.add(int(run.config["model"]["d_model"]))
+    seeds = sorted({seed for row in runs.values() for cell in row.values() for seed in cell})
+    if len(widths) != 1 or any(sorted(cell) != seeds for row in runs.values()
+                               for cell in row.values()):  # fmt: skip
+        raise SystemExit(f"error: --tune holds widths {sorted(widths)}, not every cell on seeds "
+                         f"{seeds}; give the sweeps of one width (the base), every cell on the "
+                         "same tuning seeds")
+    (width,) = widths
+    cells = {pair: {lr: fmean(cell.values()) if all(map(math.isfinite, cell.values()))
+                    else math.inf for lr, cell in row.items()}
+             for pair, row in runs.items()}  # fmt: skip
+
+    def best(pair: tuple[float, float]) -> Choice:
+        row = cells[pair]
+        lr = min(row, key=row.__getitem__)
+        return Choice(pair[0], pair[1], lr, row[lr], width)
+
+    choice = min((best(pair) for pair in cells), key=lambda c: c.loss)
+    outs = sorted({o for o, _ in cells})
+    attns = sorted({a for _, a in cells})
+    lrs = sorted({lr for row in cells.values() for lr in row})
+    lines = [
+        f"### μP's multipliers tuned at the base width {width} (tuning seeds "
+        f"{', '.join(map(str, seeds))})",
+        "",
+        "Each pair's final validation loss at its best rate (the rate in brackets), over the "
+        f"rates {', '.join(f'{lr:.3g}' for lr in lrs)}"
+        + (f", each the mean of the {len(seeds)} tuning seeds" if len(seeds) > 1 else "")
+        + "; the best cell in bold.",
+        "",
+        "| α_output \\ α_attn | " + " | ".join(f"{a:g}" for a in attns) + " |",
+        "|---|" + "---|" * len(attns),
+    ]
+    for out in outs:
+        shown = []
+        for attn in attns:
+            if (out, attn) not in cells:
+                shown.append("—")
+                continue
+            c = best((out, attn))
+            text = "div." if math.isinf(c.loss) else f"{c.loss:.3f} ({c.lr:.3g})"
+            shown.append(f"**{text}**" if c == choice else text)
+        lines.append(f"| {out:g} | " + " | ".join(shown) + " |")
+    edges = [name for name, value, grid_ in (("α_output", choice.output, outs),
+                                             ("α_attn", choice.attn, attns),
+                                             ("the rate", choice.lr, lrs))
+             if value in (grid_[0], grid_[-1])]  # fmt: skip
+    untuned = best((1.0, 1.0)) if (1.0, 1.0) in cells else None
+    lines += [
+        "",
+        f"Chosen: α_output = {choice.output:g}, α_attn = {choice.attn:g}, lr = {choice.lr:.3g} "
+        f"(loss {choice.loss:.3f}); at the grid's edge: "
+        + (", ".join(edges) if edges else "none") + ".",
+    ]
+    if untuned is None:
+        raise SystemExit("error: --tune lacks the untuned pair α_output = α_attn = 1; "
+                         "include 1 in both multipliers' grids")
+    lines.append(f"Untuned (α_output = α_attn = 1): lr = {untuned.lr:.3g} "
+                 f"(loss {untuned.loss:.3f}), {untuned.loss - choice.loss:.3f} above the choice.")
+    return lines, choice, untuned
+
+
+def at_rate(cells: Grid, width: int, lr: float) -> dict[int, float]:
+    """Each seed's final loss at one (width, rate) cell."""
+    return {seed: rows[width][lr] for seed, rows in cells.seeds.items()
+            if lr in rows.get(width, {})}  # fmt: skip
+
+
+def tuned_tests(tuned: Grid, slopes: list[float], choice: Choice, untuned: Choice,
+                mup: Grid, sp: Grid) -> list[str]:
+    """The four planned tests of the tuned transfer, paired by seed, Holm over 4."""
+    from scipy import stats
+
+    widest = max(tuned.losses)
+    sp_rate = optimum(sp.losses[widest])[0]
+    arms = {
+        "tuned at the base width": at_rate(tuned, choice.width, choice.lr),
+        "tuned at the widest": at_rate(tuned, widest, choice.lr),
+        "untuned at the widest": at_rate(mup, widest, untuned.lr),
+        "SP at the widest": at_rate(sp, widest, sp_rate),
+    }
+    missing = [name for name, values in arms.items() if len(values) < 2]
+    if missing:
+        raise SystemExit(f"error: fewer than 2 seeds for {', '.join(missing)}: the tuned "
+                         "sweep needs the chosen rate at every width, and the untuned μP "
+                         "sweeps the untuned choice's rate")
+
+    def paired(a: str, b: str) -> tuple[float, float, int]:
+        common = sorted(set(arms[a]) & set(arms[b]))
+        x, y = [arms[a][s] for s in common], [arms[b][s] for s in common]
+        diff = [u - v for u, v in zip(x, y, strict=True)]
+        return fmean(diff), stats.ttest_rel(x, y).pvalue, len(common)
+
+    rows = [
+        (f"tuned μP's slope ≠ 0 (n = {len(slopes)})", fmean(slopes),
+         stats.ttest_1samp(slopes, 0.0).pvalue),
+    ]  # fmt: skip
+    for label, a, b in (
+        (f"width {widest} − width {choice.width}, tuned μP at lr {choice.lr:.3g}",
+         "tuned at the widest", "tuned at the base width"),
+        (f"tuned − untuned μP at width {widest} (lr {choice.lr:.3g} against "
+         f"{untuned.lr:.3g})", "tuned at the widest", "untuned at the widest"),
+        (f"tuned μP − SP at width {widest} (lr {choice.lr:.3g} against SP's best "
+         f"{sp_rate:.3g})", "tuned at the widest", "SP at the widest"),
+    ):  # fmt: skip
+        estimate, p, n = paired(a, b)
+        rows.append((f"{label} (n = {n})", estimate, p))
+    adjusted = holm([p for _, _, p in rows])
+    lines = ["| planned test (paired by seed) | estimate | p | Holm p (over 4) |",
+             "|---|---|---|---|"]  # fmt: skip
+    for (label, estimate, p), q in zip(rows, adjusted, strict=True):
+        lines.append(f"| {label} | {estimate:+.3f} | {p:.2g} | {q:.2g} |")
+    lines += ["", "At the transferred rates, each arm's final loss per seed, mean [95 % t CI]:",
+              ""]  # fmt: skip
+    lines += ["| arm | rate | loss per seed | mean [95 % t CI] |", "|---|---|---|---|"]
+    rates = {"tuned at the base width": choice.lr, "tuned at the widest": choice.lr,
+             "untuned at the widest": untuned.lr, "SP at the widest": sp_rate}  # fmt: skip
+    for name, values in arms.items():
+        losses = list(values.values())
+        lines.append(f"| {name} | {rates[name]:.3g} | "
+                     + ", ".join(f"{v:.3f}" for v in losses)
+                     + f" | {fmean(losses):.3f} {interval(losses)} |")
+    return lines
+
+
+def tuned_report(args: argparse.Namespace, grids: dict[str, Grid]) -> list[str]:
+    """tuned.md: the base-width tuning, the tuned transfer grid and its planned tests."""
+    lines, choice, untuned = tune(args.tune)
+    tuned = grid(args.tuned)
+    name = f"μP, α_output = {choice.output:g}, α_attn = {choice.attn:g}"
+    lines = ["## μP with its multipliers tuned at the base width", "", *lines, ""]
+    lines += table(name, tuned) + [""]
+    if len(complete_seeds(tuned)) < 2 or len(tuned.losses) < 2:
+        raise SystemExit("error: --tuned needs at least 2 seeds at every width and rate")
+    rows, slopes = per_seed(name, tuned)
+    lines += rows + [""]
+    lines += tuned_tests(tuned, slopes, choice, untuned, grids["μP"], grids["SP"]) + [""]
+    plot({"μP, multipliers 1": grids["μP"].losses, name: tuned.losses},
+         args.out / "tuned.png")
+    return lines
+
+
 def plot(grids: dict[str, dict[int, dict[float, float]]], path: Path) -> None:
     import matplotlib
 
@@ -254,7 +434,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--sp", nargs="+", required=True)
     parser.add_argument("--mup", nargs="+", required=True)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--tune", nargs="+", help="μP's base-width multiplier × rate grid")
+    parser.add_argument("--tuned", nargs="+", help="μP at the chosen multipliers, every width")
     args = parser.parse_args(argv)
+    if bool(args.tune) != bool(args.tuned):
+        parser.error("--tune and --tuned go together")
     grids = {"SP": grid(args.sp), "μP": grid(args.mup)}
     steps = "/".join(str(n) for n in sorted(set.union(*(g.steps for g in grids.values()))))
     seeds = runs_per_cell(list(grids.values()))
@@ -271,6 +455,10 @@ def main(argv: list[str]) -> int:
     (args.out / "transfer.md").write_text("\n".join(lines), encoding="utf-8")
     plot({name: cells.losses for name, cells in grids.items()}, args.out / "transfer.png")
     print("\n".join(lines))
+    if args.tune:
+        tuned = tuned_report(args, grids)
+        (args.out / "tuned.md").write_text("\n".join(tuned), encoding="utf-8")
+        print("\n".join(tuned))
     return 0
 
 
