@@ -33,18 +33,36 @@ LRS="${LRS:-0.000488,0.000977,0.00195,0.00391,0.00781,0.0156}"
 LRS_HIGH="${LRS_HIGH:-0.0313,0.0625}"
 BASE_WIDTH="${BASE_WIDTH:-32}"
 MORE_SEEDS="${MORE_SEEDS-1,2}" NARROW="${NARROW-16}" NARROW_HIGH="${NARROW_HIGH-0.125,0.25}"
+# μP's base multipliers tuned at the base width (Tensor Programs V's procedure): α_output
+# (TUNE_OUT), α_attn (TUNE_ATTN) and the rate (TUNE_LRS) on the tuning seeds, which report
+# nothing, TUNE_SEED then TUNE_MORE_SEEDS, a sweep each (STAGE=tune); then μP with the chosen
+# TUNED_OUT and TUNED_ATTN at every width of the grid, at TUNED_LRS, on every reporting seed
+# (STAGE=tuned). TUNE_OUT= empty: without these two stages.
+TUNE_SEED="${TUNE_SEED:-100}" TUNE_MORE_SEEDS="${TUNE_MORE_SEEDS-101}"
+TUNE_OUT="${TUNE_OUT-0.25,0.5,1,2,4,8}"
+TUNE_ATTN="${TUNE_ATTN:-0.5,1,2,4}" TUNE_LRS="${TUNE_LRS:-0.00391,0.00781,0.0156,0.0313,0.0625}"
+TUNED_OUT="${TUNED_OUT:-1}" TUNED_ATTN="${TUNED_ATTN:-1}"
+TUNED_LRS="${TUNED_LRS:-0.00195,0.00391,0.00781,0.0156,0.0313,0.0625}"
 case "${STAGE:-}" in
-  '' | more | narrow_high) ;;
-  *) echo "error: STAGE=$STAGE is not a stage of this study: give more or narrow_high, or leave" \
-       "it unset" >&2
+  '' | more | narrow_high | tune | tuned) ;;
+  *) echo "error: STAGE=$STAGE is not a stage of this study: give more, narrow_high, tune or" \
+       "tuned, or leave it unset" >&2
      exit 2 ;;
 esac
 FIRST_SEEDS="${SEEDS:-0}"
-NARROW_SEEDS="$FIRST_SEEDS${MORE_SEEDS:+,$MORE_SEEDS}"  # the NARROW widths run on every seed
+ALL_SEEDS="$FIRST_SEEDS${MORE_SEEDS:+,$MORE_SEEDS}"  # the NARROW widths run on every seed
 for seed in ${FIRST_SEEDS//,/ }; do  # a seed in both would train its runs twice
   case ",$MORE_SEEDS," in *",$seed,"*)
     echo "error: seed $seed is in both SEEDS and MORE_SEEDS: give the first seed in SEEDS and" \
       "the others in MORE_SEEDS" >&2
+    exit 2 ;;
+  esac
+done
+TUNE_SEEDS="$TUNE_SEED${TUNE_MORE_SEEDS:+,$TUNE_MORE_SEEDS}"
+for seed in ${TUNE_SEEDS//,/ }; do  # the seeds that choose must not report (winner's curse)
+  case ",$ALL_SEEDS," in *",$seed,"*)
+    echo "error: tuning seed $seed (TUNE_SEED, TUNE_MORE_SEEDS) is also a reporting seed" \
+      "(SEEDS, MORE_SEEDS): choose tuning seeds outside $ALL_SEEDS" >&2
     exit 2 ;;
   esac
 done
@@ -83,24 +101,46 @@ arms() {  # PARAM [OVERRIDE...]
     grid "$p" "${p}_high" "$WIDTHS" "$LRS_HIGH" "${SEEDS:-}" "$@"
   fi
   if [ -n "$NARROW" ] && at more; then
-    grid "$p" "${p}_narrow" "$NARROW" "$LRS,$LRS_HIGH" "$NARROW_SEEDS" "$@"
+    grid "$p" "${p}_narrow" "$NARROW" "$LRS,$LRS_HIGH" "$ALL_SEEDS" "$@"
   fi
   if [ -n "$MORE_SEEDS" ] && at more; then
     grid "$p" "${p}_seeds" "$WIDTHS" "$LRS,$LRS_HIGH" "$MORE_SEEDS" "$@"
   fi
   if [ -n "$NARROW" ] && [ -n "$NARROW_HIGH" ] && at narrow_high; then
-    grid "$p" "${p}_narrow_high" "$NARROW" "$NARROW_HIGH" "$NARROW_SEEDS" "$@"
+    grid "$p" "${p}_narrow_high" "$NARROW" "$NARROW_HIGH" "$ALL_SEEDS" "$@"
   fi
 }
 sp() { arms sp "$@"; }
 mup() { arms mup "$@"; }
 if [ -z "${SKIP_TRAIN:-}" ]; then streams sp mup "$@"; fi
+# μP's multipliers: one sweep each, JOBS runs at a time (μP alone trains)
+if [ -n "$TUNE_OUT" ] && at tune; then
+  grid mup mup_tune "$BASE_WIDTH" "$TUNE_LRS" "$TUNE_SEED" model.mup_output_mult="$TUNE_OUT" \
+    model.mup_attn_mult="$TUNE_ATTN" "${AT_ONCE[@]}" "$@"
+  if [ -n "$TUNE_MORE_SEEDS" ]; then
+    grid mup mup_tune_seeds "$BASE_WIDTH" "$TUNE_LRS" "$TUNE_MORE_SEEDS" \
+      model.mup_output_mult="$TUNE_OUT" model.mup_attn_mult="$TUNE_ATTN" "${AT_ONCE[@]}" "$@"
+  fi
+fi
+if [ -n "$TUNE_OUT" ] && at tuned; then
+  grid mup mup_tuned "$WIDTHS" "$TUNED_LRS" "$ALL_SEEDS" model.mup_output_mult="$TUNED_OUT" \
+    model.mup_attn_mult="$TUNED_ATTN" "${AT_ONCE[@]}" "$@"
+fi
 [ -n "${STAGE:-}" ] && exit 0
 analysis_follows
 
 mapfile -t SP_SWEEPS < <(sweeps sp)
 mapfile -t MUP_SWEEPS < <(sweeps mup)
-"$PY" "$HERE/transfer.py" --sp "${SP_SWEEPS[@]}" --mup "${MUP_SWEEPS[@]}" --out "$OUT"
+TUNED=()  # μP's multipliers tuned at the base width, then transferred: tuned.md, tuned.png
+if [ -n "$TUNE_OUT" ]; then
+  TUNED=(--tune "$(sweep_dir mup_tune "$BASE/mup_tune")")
+  if [ -n "$TUNE_MORE_SEEDS" ]; then
+    TUNED+=("$(sweep_dir mup_tune_seeds "$BASE/mup_tune_seeds")")
+  fi
+  TUNED+=(--tuned "$(sweep_dir mup_tuned "$BASE/mup_tuned")")
+fi
+"$PY" "$HERE/transfer.py" --sp "${SP_SWEEPS[@]}" --mup "${MUP_SWEEPS[@]}" "${TUNED[@]}" \
+  --out "$OUT"
 # μP's coordinate check from the sweep's base width, doubling up to 1024 (32 … 1024 by default;
 # at least two widths) on the same text (a few minutes on the CPU; with --train or --measure):
 # mean |activation| per layer type after each of 4 Adam steps, SP and μP
