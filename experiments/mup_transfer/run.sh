@@ -36,12 +36,12 @@ MORE_SEEDS="${MORE_SEEDS-1,2}" NARROW="${NARROW-16}" NARROW_HIGH="${NARROW_HIGH-
 # μP's base multipliers tuned at the base width (Tensor Programs V's procedure): α_output
 # (TUNE_OUT), α_attn (TUNE_ATTN) and the rate (TUNE_LRS) on the tuning seeds, which report
 # nothing, TUNE_SEED then TUNE_MORE_SEEDS, a sweep each (STAGE=tune); then μP with the chosen
-# TUNED_OUT and TUNED_ATTN at every width of the grid, at TUNED_LRS, on every reporting seed
-# (STAGE=tuned). TUNE_OUT= empty: without these two stages.
+# TUNED_OUT and TUNED_ATTN (tuned.md's "Chosen") at every width, NARROW's and the grid's, at
+# TUNED_LRS, on every reporting seed (STAGE=tuned). TUNE_OUT= empty: without these stages.
 TUNE_SEED="${TUNE_SEED:-100}" TUNE_MORE_SEEDS="${TUNE_MORE_SEEDS-101}"
 TUNE_OUT="${TUNE_OUT-0.25,0.5,1,2,4,8}"
 TUNE_ATTN="${TUNE_ATTN:-0.5,1,2,4}" TUNE_LRS="${TUNE_LRS:-0.00391,0.00781,0.0156,0.0313,0.0625}"
-TUNED_OUT="${TUNED_OUT:-1}" TUNED_ATTN="${TUNED_ATTN:-1}"
+TUNED_OUT="${TUNED_OUT:-2}" TUNED_ATTN="${TUNED_ATTN:-1}"  # the committed tuning's choice
 TUNED_LRS="${TUNED_LRS:-0.00195,0.00391,0.00781,0.0156,0.0313,0.0625}"
 case "${STAGE:-}" in
   '' | more | narrow_high | tune | tuned) ;;
@@ -123,7 +123,8 @@ if [ -n "$TUNE_OUT" ] && at tune; then
   fi
 fi
 if [ -n "$TUNE_OUT" ] && at tuned; then
-  grid mup mup_tuned "$WIDTHS" "$TUNED_LRS" "$ALL_SEEDS" model.mup_output_mult="$TUNED_OUT" \
+  grid mup mup_tuned "${NARROW:+$NARROW,}$WIDTHS" "$TUNED_LRS" "$ALL_SEEDS" \
+    model.mup_output_mult="$TUNED_OUT" \
     model.mup_attn_mult="$TUNED_ATTN" "${AT_ONCE[@]}" "$@"
 fi
 [ -n "${STAGE:-}" ] && exit 0
