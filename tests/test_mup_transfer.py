@@ -162,3 +162,13 @@ def test_the_tuned_transfer_is_tested_paired_by_seed(transfer: ModuleType) -> No
     assert "(lr 0.02 against SP's best 0.002) (n = 3) | +0.067 |" in lines[5]
     assert lines[2].startswith("| tuned μP's slope ≠ 0 (n = 3) | +0.000 | 1 |")
     assert "| SP at the widest | 0.002 | 1.800, 1.800, 1.800 | 1.800 [1.800] |" in lines
+
+
+def test_run_sh_reads_the_choice_and_a_missing_tuning_is_one_line(
+    transfer: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert transfer.main(["--choose", tune_sweep(tmp_path / "tune", TUNE_RUNS)]) == 0
+    assert capsys.readouterr().out == "2 1\n"
+    assert transfer.main(["--choose", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no such file or directory") and err.count("\n") == 1

@@ -36,13 +36,15 @@ MORE_SEEDS="${MORE_SEEDS-1,2}" NARROW="${NARROW-16}" NARROW_HIGH="${NARROW_HIGH-
 # μP's base multipliers tuned at the base width (Tensor Programs V's procedure): α_output
 # (TUNE_OUT), α_attn (TUNE_ATTN) and the rate (TUNE_LRS) on the tuning seeds, which report
 # nothing, TUNE_SEED then TUNE_MORE_SEEDS, a sweep each (STAGE=tune); then μP with the chosen
-# TUNED_OUT and TUNED_ATTN (tuned.md's "Chosen") at every width, NARROW's and the grid's, at
-# TUNED_LRS, on every reporting seed (STAGE=tuned). TUNE_OUT= empty: without these stages.
+# multipliers at every width, NARROW's and the grid's, at TUNED_LRS, on every reporting seed
+# (STAGE=tuned). The choice is the best cell of the tuning runs in runs/mup_tune{,_seeds}
+# (tuned.md's "Chosen"; a PLAN shows the committed tuning's), or TUNED_OUT and TUNED_ATTN when
+# both are given. TUNE_OUT= empty: without these two stages.
 TUNE_SEED="${TUNE_SEED:-100}" TUNE_MORE_SEEDS="${TUNE_MORE_SEEDS-101}"
 TUNE_OUT="${TUNE_OUT-0.25,0.5,1,2,4,8}"
 TUNE_ATTN="${TUNE_ATTN:-0.5,1,2,4}" TUNE_LRS="${TUNE_LRS:-0.00391,0.00781,0.0156,0.0313,0.0625}"
-TUNED_OUT="${TUNED_OUT:-2}" TUNED_ATTN="${TUNED_ATTN:-1}"  # the committed tuning's choice
 TUNED_LRS="${TUNED_LRS:-0.00195,0.00391,0.00781,0.0156,0.0313,0.0625}"
+TUNED_HIGH="${TUNED_HIGH-0.125}"  # a second sweep above: one seed's best was TUNED_LRS' top
 case "${STAGE:-}" in
   '' | more | narrow_high | tune | tuned) ;;
   *) echo "error: STAGE=$STAGE is not a stage of this study: give more, narrow_high, tune or" \
@@ -123,9 +125,19 @@ if [ -n "$TUNE_OUT" ] && at tune; then
   fi
 fi
 if [ -n "$TUNE_OUT" ] && at tuned; then
+  if [ -z "${TUNED_OUT:-}" ] || [ -z "${TUNED_ATTN:-}" ]; then  # the tuning's best cell
+    TUNING=("$RUNS/mup_tune")
+    if [ -n "$TUNE_MORE_SEEDS" ]; then TUNING+=("$RUNS/mup_tune_seeds"); fi
+    CHOICE="$("$PY" "$HERE/transfer.py" --choose "${TUNING[@]}")"  # its failure stops the script
+    read -r TUNED_OUT TUNED_ATTN <<< "$CHOICE"
+  fi
   grid mup mup_tuned "${NARROW:+$NARROW,}$WIDTHS" "$TUNED_LRS" "$ALL_SEEDS" \
     model.mup_output_mult="$TUNED_OUT" \
     model.mup_attn_mult="$TUNED_ATTN" "${AT_ONCE[@]}" "$@"
+  if [ -n "$TUNED_HIGH" ]; then
+    grid mup mup_tuned_high "${NARROW:+$NARROW,}$WIDTHS" "$TUNED_HIGH" "$ALL_SEEDS" \
+      model.mup_output_mult="$TUNED_OUT" model.mup_attn_mult="$TUNED_ATTN" "${AT_ONCE[@]}" "$@"
+  fi
 fi
 [ -n "${STAGE:-}" ] && exit 0
 analysis_follows
@@ -139,6 +151,7 @@ if [ -n "$TUNE_OUT" ]; then
     TUNED+=("$(sweep_dir mup_tune_seeds "$BASE/mup_tune_seeds")")
   fi
   TUNED+=(--tuned "$(sweep_dir mup_tuned "$BASE/mup_tuned")")
+  if [ -n "$TUNED_HIGH" ]; then TUNED+=("$(sweep_dir mup_tuned_high "$BASE/mup_tuned_high")"); fi
 fi
 "$PY" "$HERE/transfer.py" --sp "${SP_SWEEPS[@]}" --mup "${MUP_SWEEPS[@]}" "${TUNED[@]}" \
   --out "$OUT"

@@ -2,6 +2,7 @@
 
 usage: transfer.py --sp SWEEP [SWEEP ...] --mup SWEEP [SWEEP ...] --out FOLDER
                    [--tune SWEEP [SWEEP ...] --tuned SWEEP [SWEEP ...]]
+       transfer.py --choose SWEEP [SWEEP ...]   (the tuning's α_output and α_attn, for run.sh)
 
 For each parametrisation: the final validation loss of every (width, learning rate) run, the
 best learning rate per width on the grid and where a parabola through the best point and
@@ -42,6 +43,7 @@ from statistics import fmean, linear_regression
 
 from attnlab.compare import holm, t_interval
 from attnlab.compare.runs import load_runs
+from attnlab.errors import UserError
 
 METRIC = "val/loss"
 
@@ -430,6 +432,14 @@ def plot(grids: dict[str, dict[int, dict[float, float]]], path: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--choose"]:
+        try:
+            _, choice, _ = tune(argv[1:])
+        except UserError as error:  # no tuning runs where run.sh looks
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        print(f"{choice.output:g} {choice.attn:g}")
+        return 0
     parser = argparse.ArgumentParser(prog="transfer.py")
     parser.add_argument("--sp", nargs="+", required=True)
     parser.add_argument("--mup", nargs="+", required=True)
