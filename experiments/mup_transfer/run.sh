@@ -6,10 +6,13 @@
 # each a sweep per parametrisation (the arms function below): seed 0 at widths 32–256 (two
 # sweeps), width 16 on the three seeds, seeds 1 and 2 at widths 32–256, width 16's two higher
 # rates. The two parametrisations train side by side, one thread each (≈ 2 h 15 on 2 cores);
-# their raw runs are saved to runs/{sp,mup}{,_high,_narrow,_seeds,_narrow_high}. Then
-# transfer.md (final validation loss per width and learning rate, averaged over seeds; the
-# best learning rate per width and its drift; each seed's optimum, with 95 % t intervals and
-# the planned tests of the slopes) and transfer.png.
+# their raw runs are saved to runs/{sp,mup}{,_high,_narrow,_seeds,_narrow_high}. Then μP's
+# multipliers tuned at the base width and μP at the choice on every width (STAGE=tune, tuned
+# below; ≈ 45 min more): runs/mup_{tune,tune_seeds,tuned,tuned_high}. Then transfer.md (final
+# validation loss per width and learning rate, averaged over seeds; the best learning rate
+# per width and its drift; each seed's optimum, with 95 % t intervals and the planned tests of
+# the slopes), transfer.png, and tuned.md and tuned.png (the tuning, the tuned transfer and
+# its planned tests).
 #   attnlab-reproduce mup_transfer --train    # this script
 #   attnlab-reproduce mup_transfer --check    # the analysis of the committed runs
 #   GATE=1 experiments/mup_transfer/run.sh      # also the gate (nanoGPT at the study's shape)
