@@ -232,6 +232,8 @@ def test_eval_with_an_override_that_changes_the_function_is_refused_by_key(
     ({"attn_softcap": None, "rope_theta": 10000.0, "rotary_fraction": 1.0}, False),
     ({"attn_softcap": 50.0}, True),
     ({"rope_theta": 500000.0}, True),
+    ({"mup_output_mult": 1.0, "mup_attn_mult": 1.0}, False),  # μP saved before the keys
+    ({"mup_output_mult": 2.0}, True),
 ])  # fmt: skip
 def test_a_checkpoint_without_a_neutral_key_loads_under_its_default_only(
     config: dict, refused: bool, tmp_path: Path

@@ -225,9 +225,11 @@ def check_weights_fit(
 # loads under any value of them
 HOW_KEYS = ("attn_impl", "compile", "activation_checkpointing", "dropout", "attn_dropout", "init")
 # keys whose default computes what a model without them computes (no soft-cap, RoPE's base
-# 10000 over every feature): a checkpoint whose model does not read one (saved before the key
-# existed, or trained on an attn_impl that does not read it) loads under that default
-NEUTRAL_AT_DEFAULT = ("attn_softcap", "final_softcap", "rope_theta", "rotary_fraction")
+# 10000 over every feature, μP's multipliers at 1): a checkpoint whose model does not read one
+# (saved before the key existed, or trained on an attn_impl that does not read it) loads
+# under that default
+NEUTRAL_AT_DEFAULT = ("attn_softcap", "final_softcap", "rope_theta", "rotary_fraction",
+                      "mup_output_mult", "mup_attn_mult")  # fmt: skip
 
 
 def check_same_model(path: Path, saved_model: Mapping[str, Any] | None,
