@@ -311,6 +311,9 @@ def config_with(**values: object) -> ModelConfig:
         # Gemma 2 scales its embeddings by √d_model and rotates every feature of a head
         ({**GEMMA, "scale_embeddings": False}, "model.scale_embeddings=false"),
         ({**GEMMA, "rotary_fraction": 0.5}, "model.rotary_fraction=0.5"),
+        # μP: embeddings scaled by √base, and Gemma 3's q_norm after its query scale
+        ({**GEMMA, "param": "mup", "mup_base_width": 16}, "model.param=mup"),
+        ({**GEMMA, "qk_norm": True, "param": "mup", "mup_base_width": 16}, "model.param=mup"),
         ({"attn_impl": "math", "attn_softcap": 50.0}, "model.attn_softcap=50.0"),
         ({"pos": "rope", "norm_type": "rmsnorm", "ffn": "swiglu", "final_softcap": 30.0},
          "model.final_softcap=30.0"),  # fmt: skip

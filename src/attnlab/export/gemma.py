@@ -49,6 +49,9 @@ class Gemma2Mapping(Mapping):
         "embed_norm": (False,), "pad_id": (PAD,), "rotary_fraction": (1.0,),
         "scale_embeddings": (True,),  # Gemma multiplies its embeddings by √d_model itself
         "rope_theta_local": (None,),  # one RoPE base for every layer
+        # μP scales the embeddings by √base, not √d_model, and Gemma 3 normalises the queries
+        # after W_Q, which would undo μP's query scale folded into it
+        "param": ("sp",),
     }  # fmt: skip
     grouped_kv = True
     scales_embeddings = True
