@@ -258,8 +258,9 @@ class MaximalUpdateConfig(ParametrizationConfig):
 
     name, builds = "mup", "attnlab.models.parametrization:apply_mup"
     keys = {
-        "mup_base_width": Key(64, int, positive, "the width at which μP equals SP; every "
-                              "other width's rates, init and multipliers scale from it"),
+        "mup_base_width": Key(64, int, positive, "the width at which μP (its multipliers at "
+                              "1) equals SP; every other width's rates, init and "
+                              "multipliers scale from it"),
         "mup_output_mult": Key(1.0, float, positive_number, "α_output: the readout's "
                                "multiplier at the base width (Tensor Programs V, Fig. 4)"),
         "mup_attn_mult": Key(1.0, float, positive_number, "α_attn: the attention logits' "

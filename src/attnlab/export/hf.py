@@ -41,7 +41,7 @@ What a mapping folds in exactly, so the exported model computes the same functio
   table; the output projection then needs its own unscaled copy (``tie_word_embeddings``
   false);
 * μP's multipliers (:mod:`attnlab.models.parametrization`): the query scale into W_Q and
-  its bias, the readout's base/width into the output projection (untied as above).
+  its bias, the readout's α_output·base/width into the output projection (untied as above).
 """
 
 from __future__ import annotations

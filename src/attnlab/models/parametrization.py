@@ -64,7 +64,8 @@ if TYPE_CHECKING:
 
 class Readout(nn.Linear):
     """An output layer: logits = multiplier · x Wᵀ + b. The multiplier is 1 under SP and
-    base_width/width under μP (Tensor Programs V, Table 8); a zero-initialised readout
+    α_output·base_width/width under μP (Tensor Programs V, Table 8; α_output is
+    ``model.mup_output_mult``, 1 by default); a zero-initialised readout
     would change only its initialisation, never the multiplier."""
 
     multiplier: float = 1.0
