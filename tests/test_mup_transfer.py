@@ -159,7 +159,11 @@ def test_the_tuned_transfer_is_tested_paired_by_seed(transfer: ModuleType) -> No
         "| width 256 − width 32, tuned μP at lr 0.02 (n = 3) | -0.233 | 0.02 |")
     # tuned − untuned at 256: 1.9−2.0, 2.0−2.1, 1.7−2.2; tuned − SP at SP's best rate, 0.002
     assert "(lr 0.02 against 0.01) (n = 3) | -0.233 |" in lines[4]
-    assert "(lr 0.02 against SP's best 0.002) (n = 3) | +0.067 |" in lines[5]
+    # the multipliers alone, at the tuned rate 0.02: 1.9−2.5, 2.0−2.5, 1.7−2.5
+    assert lines[5].startswith("| tuned − untuned μP at width 256, both at lr 0.02 (n = 3) | "
+                               "-0.633 |")
+    assert "(lr 0.02 against SP's best 0.002) (n = 3) | +0.067 |" in lines[6]
+    assert lines[0].endswith("| Holm p (over 5) |")
     assert lines[2].startswith("| tuned μP's slope ≠ 0 (n = 3) | +0.000 | 1 |")
     assert "| SP at the widest | 0.002 | 1.800, 1.800, 1.800 | 1.800 [1.800] |" in lines
 
@@ -172,3 +176,15 @@ def test_run_sh_reads_the_choice_and_a_missing_tuning_is_one_line(
     assert transfer.main(["--choose", str(tmp_path / "none")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: no such file or directory") and err.count("\n") == 1
+
+
+def test_tuned_runs_at_other_multipliers_than_the_choice_are_refused(
+    transfer: ModuleType, tmp_path: Path
+) -> None:
+    import argparse
+
+    args = argparse.Namespace(tune=[tune_sweep(tmp_path / "tune", TUNE_RUNS)],
+                              tuned=[tune_sweep(tmp_path / "tuned", TUNE_RUNS[:4])],
+                              out=tmp_path)  # fmt: skip
+    with pytest.raises(SystemExit, match="α_output 1, α_attn 1, base width 0, not the tuning"):
+        transfer.tuned_report(args, {})

@@ -23,13 +23,13 @@ With ``--tune`` and ``--tuned`` (``tuned.md``, ``tuned.png``): μP's base multip
 the base width as Tensor Programs V does, then transferred. ``--tune`` holds the base-width
 grid over α_output (``model.mup_output_mult``), α_attn (``model.mup_attn_mult``) and the
 learning rate on a tuning seed that reports nothing; its best cell is the choice. ``--tuned``
-holds μP with the chosen multipliers at every width, rate and reporting seed. Four planned
+holds μP with the chosen multipliers at every width, rate and reporting seed. Five planned
 tests, paired by seed and Holm-corrected: the tuned optimum's slope against width (0: it
-transfers); at the transferred rate (the tuning seed's choice), the widest model against
+transfers); at the transferred rate (the tuning seeds' choice), the widest model against
 the base width ("wider is better"); the widest model tuned against untuned μP at its own
-transferred rate (the tuning seed's best at multipliers 1); and against SP at the widest
-width at SP's best rate on the grid (chosen on the reporting seeds themselves, so biased
-towards SP).
+transferred rate (the tuning seeds' best at multipliers 1) and at the same rate (the
+multipliers alone); and against SP at the widest width at SP's best rate on the grid (chosen
+on the reporting seeds themselves, so biased towards SP).
 """
 
 from __future__ import annotations
@@ -331,7 +331,7 @@ def at_rate(cells: Grid, width: int, lr: float) -> dict[int, float]:
 
 def tuned_tests(tuned: Grid, slopes: list[float], choice: Choice, untuned: Choice,
                 mup: Grid, sp: Grid) -> list[str]:
-    """The four planned tests of the tuned transfer, paired by seed, Holm over 4."""
+    """The five planned tests of the tuned transfer, paired by seed, Holm over 5."""
     from scipy import stats
 
     widest = max(tuned.losses)
@@ -340,6 +340,7 @@ def tuned_tests(tuned: Grid, slopes: list[float], choice: Choice, untuned: Choic
         "tuned at the base width": at_rate(tuned, choice.width, choice.lr),
         "tuned at the widest": at_rate(tuned, widest, choice.lr),
         "untuned at the widest": at_rate(mup, widest, untuned.lr),
+        "untuned at the widest, tuned rate": at_rate(mup, widest, choice.lr),
         "SP at the widest": at_rate(sp, widest, sp_rate),
     }
     missing = [name for name, values in arms.items() if len(values) < 2]
@@ -363,21 +364,23 @@ def tuned_tests(tuned: Grid, slopes: list[float], choice: Choice, untuned: Choic
          "tuned at the widest", "tuned at the base width"),
         (f"tuned − untuned μP at width {widest} (lr {choice.lr:.3g} against "
          f"{untuned.lr:.3g})", "tuned at the widest", "untuned at the widest"),
+        (f"tuned − untuned μP at width {widest}, both at lr {choice.lr:.3g}",
+         "tuned at the widest", "untuned at the widest, tuned rate"),
         (f"tuned μP − SP at width {widest} (lr {choice.lr:.3g} against SP's best "
          f"{sp_rate:.3g})", "tuned at the widest", "SP at the widest"),
     ):  # fmt: skip
         estimate, p, n = paired(a, b)
         rows.append((f"{label} (n = {n})", estimate, p))
     adjusted = holm([p for _, _, p in rows])
-    lines = ["| planned test (paired by seed) | estimate | p | Holm p (over 4) |",
+    lines = [f"| planned test (paired by seed) | estimate | p | Holm p (over {len(rows)}) |",
              "|---|---|---|---|"]  # fmt: skip
     for (label, estimate, p), q in zip(rows, adjusted, strict=True):
         lines.append(f"| {label} | {estimate:+.3f} | {p:.2g} | {q:.2g} |")
-    lines += ["", "At the transferred rates, each arm's final loss per seed, mean [95 % t CI]:",
-              ""]  # fmt: skip
+    lines += ["", "Each arm's final loss per seed, mean [95 % t CI]:", ""]
     lines += ["| arm | rate | loss per seed | mean [95 % t CI] |", "|---|---|---|---|"]
     rates = {"tuned at the base width": choice.lr, "tuned at the widest": choice.lr,
-             "untuned at the widest": untuned.lr, "SP at the widest": sp_rate}  # fmt: skip
+             "untuned at the widest": untuned.lr,
+             "untuned at the widest, tuned rate": choice.lr, "SP at the widest": sp_rate}
     for name, values in arms.items():
         losses = list(values.values())
         lines.append(f"| {name} | {rates[name]:.3g} | "
@@ -390,6 +393,14 @@ def tuned_report(args: argparse.Namespace, grids: dict[str, Grid]) -> list[str]:
     """tuned.md: the base-width tuning, the tuned transfer grid and its planned tests."""
     lines, choice, untuned = tune(args.tune)
     tuned = grid(args.tuned)
+    used = {(multiplier(run, "mup_output_mult"), multiplier(run, "mup_attn_mult"),
+             int(run.config["model"].get("mup_base_width", 0))) for run in load_runs(args.tuned)}
+    if used != {(choice.output, choice.attn, choice.width)}:  # fmt: skip
+        shown = "; ".join(f"α_output {o:g}, α_attn {a:g}, base width {w}" for o, a, w in used)
+        raise SystemExit(f"error: the --tuned runs use {shown}, not the tuning's choice (α_output "
+                         f"{choice.output:g}, α_attn {choice.attn:g} at base width "
+                         f"{choice.width}): rerun them at the choice, or give the tuning "
+                         "that chose theirs")
     name = f"μP, α_output = {choice.output:g}, α_attn = {choice.attn:g}"
     lines = ["## μP with its multipliers tuned at the base width", "", *lines, ""]
     lines += table(name, tuned) + [""]
