@@ -15,9 +15,14 @@ from conftest import REPO_ROOT
 
 EXPERIMENTS = REPO_ROOT / "experiments"
 WITH_RUNS = [p.parent.name for p in sorted(EXPERIMENTS.glob(f"*/{studies.RUNS}"))]
+# analyses that take over a minute on 2 cores (bootstrap refits of scaling fits, many-arm
+# comparisons): run with -m slow (make test-all)
+SLOW_ANALYSES = {"compute_multipliers", "mixers"}
 
 
-@pytest.mark.parametrize("study", WITH_RUNS)
+@pytest.mark.parametrize("study", [
+    pytest.param(s, marks=pytest.mark.slow) if s in SLOW_ANALYSES else s for s in WITH_RUNS
+])  # fmt: skip
 def test_the_analysis_of_the_committed_runs_reproduces_the_study(
     study: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
