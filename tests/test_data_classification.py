@@ -8,8 +8,12 @@ import pytest
 import torch
 
 from attnlab.data.base import PAD
-from attnlab.data.classification import ClassificationDataModule, evenly_spaced_split
-from attnlab.errors import DataError
+from attnlab.data.classification import (
+    ClassificationDataModule,
+    evenly_spaced_split,
+    sentence_split,
+)
+from attnlab.errors import ConfigError, DataError
 
 GOOD = ["a gripping , moving film", "wonderful acting", "the best of the year"]
 BAD = ["a dull , lifeless mess", "boring", "one long string of cliches ."]
@@ -80,6 +84,38 @@ def test_single_file_split_is_evenly_spaced_and_deterministic() -> None:
     assert len(val) == 10 and val[0] == 0 and val[-1] == 99
     assert sorted(train + val) == list(range(100))
     assert evenly_spaced_split(100, 0.1) == (train, val)
+
+
+# SST-2's train file: each sentence of the treebank and its phrases, each a row
+TREEBANK = ["a gripping , moving film", "gripping , moving", "moving film", "film",  # 0-3
+            "A dull mess .", "a dull mess", "dull",  # 4-6: one sentence (case, full stop)
+            "wonderful acting", "acting", "wonderful",  # 7-9
+            "one long string of cliches", "long string", "cliches",  # 10-12
+            "the best of the year", "the year"]  # fmt: skip  # 13-14
+
+
+def test_a_sentence_holdout_validates_whole_sentences_and_trains_none_of_their_phrases() -> None:
+    # sentences (no row is a proper span of another): 0, 4, 7, 10, 13; 0.6 of them, evenly
+    # spaced, validate: 0, 7 and 13 (linspace over 5 sentences, 3 picks: 0, 2, 4)
+    train, val = sentence_split(TREEBANK, 0.6)
+    assert val == [0, 7, 13]
+    # out of training: their phrases (1, 2, 3; 8, 9; 14); "dull", a phrase of 4, trains
+    assert train == [4, 5, 6, 10, 11, 12]
+    assert sentence_split(TREEBANK, 0.6) == (train, val)  # deterministic
+
+
+def test_the_holdout_key_chooses_the_split_and_refuses_other_values(tmp_path) -> None:
+    rows = [f"{i % 2}\t{text}" for i, text in enumerate(TREEBANK)]
+    path = tmp_path / "train.tsv"
+    path.write_text("\n".join(["label\tsentence", *rows]) + "\n", encoding="utf-8")
+    # rows: 6 of the 15 rows validate; sentences: 0.4 of the 5 sentences, 0 and 13, validate
+    # and their phrases 1-3 and 14 leave training (the same cache folder: the key separates)
+    for holdout, sizes in (("rows", (6, 9)), ("sentences", (2, 9))):  # (val, train)
+        dm = build(tmp_path, path=str(path), text_column="sentence", val_fraction=0.4,
+                   holdout=holdout, tokenizer="word")  # fmt: skip
+        assert (len(dm.datasets["val"]), len(dm.datasets["train"])) == sizes, holdout
+    with pytest.raises(ConfigError, match="data.holdout=phrases is not one of rows, sentences"):
+        ClassificationDataModule(path=str(path), holdout="phrases")
 
 
 def test_path_gives_train_val_and_test_from_one_file(tmp_path, sst_like) -> None:

@@ -5,7 +5,11 @@ columns (a list gives alternative names, e.g. SST-2's ``sentence`` in train and
 ``content`` in dev). Labels are integers ``0..K-1`` and ``num_classes`` is the
 largest label plus one. With a single ``path``, an evenly spaced
 ``val_fraction`` of its rows validates (and tests), so a file sorted by label
-still gives a balanced split.
+still gives a balanced split. The same holds when only a training file is given
+(``data.files.val=null``); ``holdout=sentences`` then holds out whole sentences instead of
+rows, for data whose rows are phrases of its sentences (GLUE's SST-2 train holds every
+phrase of the treebank's parse trees): the validation rows are complete sentences and no
+phrase of them trains (:func:`sentence_split`).
 """
 
 from __future__ import annotations
@@ -91,6 +95,36 @@ def evenly_spaced_split(n: int, val_fraction: float) -> tuple[list[int], list[in
     return [i for i in range(n) if i not in val], sorted(val)
 
 
+HOLDOUTS = ("rows", "sentences")
+
+
+def sentence_split(texts: Sequence[str], val_fraction: float) -> tuple[list[int], list[int]]:
+    """Row indices for (train, val) holding out whole sentences: ``val_fraction`` of the
+    sentences, evenly spread, validate, and every row whose words are a contiguous span of a
+    held-out sentence leaves training. A sentence is a row whose words (lower-cased, split on
+    whitespace) are no proper span of another row's: in SST-2 the treebank's sentences, whose
+    phrases are the other rows."""
+    if not 0.0 < val_fraction < 1.0:
+        raise ConfigError(f"data.val_fraction must lie in (0, 1), got {val_fraction}")
+    words = [tuple(text.lower().split()) for text in texts]
+
+    def spans(row: tuple[str, ...], proper: bool) -> set[tuple[str, ...]]:
+        n = len(row)
+        return {row[i:j] for i in range(n) for j in range(i + 1, n + 1) if not proper or j - i < n}
+
+    inner: set[tuple[str, ...]] = set()
+    for row in set(words):
+        inner |= spans(row, proper=True)
+    sentences = [i for i, row in enumerate(words) if row and row not in inner]
+    picked = evenly_spaced_split(len(sentences), val_fraction)[1] if len(sentences) > 1 else []
+    val = [sentences[k] for k in picked]
+    held: set[tuple[str, ...]] = set()
+    for i in val:
+        held |= spans(words[i], proper=False)
+    chosen = set(val)
+    return [i for i, row in enumerate(words) if i not in chosen and row not in held], val
+
+
 class ClassificationDataModule(CachedDataModule):
     """Labelled sentences → ``{"input_ids", "labels"}`` batches."""
 
@@ -108,6 +142,7 @@ class ClassificationDataModule(CachedDataModule):
         vocab_size: int = 8000,
         max_len: int = 128,
         val_fraction: float = 0.1,
+        holdout: str = "rows",
         num_classes: int | None = None,
         batch_size: int = 32,
         num_workers: int = 0,
@@ -126,6 +161,11 @@ class ClassificationDataModule(CachedDataModule):
         self.requested_vocab_size = vocab_size
         self.max_len = int(max_len)
         self.val_fraction = float(val_fraction)
+        if holdout not in HOLDOUTS:
+            raise ConfigError(f"data.holdout={holdout} is not one of {', '.join(HOLDOUTS)}: "
+                              "rows holds out evenly spaced rows, sentences whole sentences "
+                              "and their phrases")
+        self.holdout = holdout
         self.requested_num_classes = num_classes
         self.datasets: dict[str, LabelledSequences] = {}
 
@@ -138,6 +178,7 @@ class ClassificationDataModule(CachedDataModule):
             "delimiter": self.delimiter,
             "max_len": self.max_len,
             "val_fraction": self.val_fraction,
+            **({"holdout": self.holdout} if self.holdout != "rows" else {}),  # old caches stay
         }
         if self.hf:
             self._hf_dataset = load_hf_dataset(self.hf["name"], self.hf.get("config"))
@@ -197,11 +238,14 @@ class ClassificationDataModule(CachedDataModule):
             }
         if "val" not in examples:
             texts, labels = examples["train"]
-            train_idx, val_idx = evenly_spaced_split(len(texts), self.val_fraction)
+            split = sentence_split if self.holdout == "sentences" else None
+            train_idx, val_idx = (split(texts, self.val_fraction) if split else
+                                  evenly_spaced_split(len(texts), self.val_fraction))
             if not train_idx or not val_idx:
                 source = self._sources.get("train") if not self.hf else self.hf.get("name")
+                unit = "rows" if self.holdout == "rows" else "rows (data.holdout=sentences)"
                 raise DataError(
-                    f"data.val_fraction: {source} has {len(texts)} labelled rows, too few to "
+                    f"data.val_fraction: {source} has {len(texts)} labelled {unit}, too few to "
                     f"hold out {self.val_fraction:g} of them for validation and train on the "
                     "rest; add rows or give a validation file (data.files.val=…)"
                 )
