@@ -4,10 +4,12 @@
 #   translation            Multi30k de→en: encdec 4+4, encdec 2+2, causal LM, prefix LM (12 runs)
 #   translation_600steps   the same at a quarter of the budget (12 runs)
 #   sst2                   SST-2: encoder-only, causal LM, prefix LM, encdec 4+4, encdec 2+2 (15 runs)
+#   sst2_sentences         the same validated on whole held-out sentences, none of whose phrases
+#                          trains (data.holdout=sentences; 15 runs)
 # saves their raw runs to runs/<part>, then writes results_<part>.md and the plots next to this
 # script: the table (bootstrap CIs), then every pair of architectures tested on the two metrics
 # the README reads (Welch, Holm over the pairs of each metric), and gate.md.
-#   attnlab-reproduce architecture_comparison --train   # this script: all three parts
+#   attnlab-reproduce architecture_comparison --train   # this script: all four parts
 #   attnlab-reproduce architecture_comparison --check   # the analysis of the committed runs
 #   PART=sst2 experiments/architecture_comparison/run.sh          # one part
 #   GATE=1 experiments/architecture_comparison/run.sh   # also the gate run (the 4 + 4
@@ -63,6 +65,10 @@ if [ "$PART" = all ] || [ "$PART" = translation_600steps ]; then
 fi
 if [ "$PART" = all ] || [ "$PART" = sst2 ]; then
   run_part "sst2$TAG" "${SST2[@]}" "$@"
+fi
+if [ "$PART" = all ] || [ "$PART" = sst2_sentences ]; then
+  # ++: the sweep's base config, composed before any experiment is chosen, has no data.holdout
+  run_part "sst2_sentences$TAG" "${SST2[@]}" ++data.holdout=sentences "$@"
 fi
 
 # the gate: the translation baseline (4 + 4 encoder-decoder) at multi30k_base's 4 epochs
