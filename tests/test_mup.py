@@ -104,17 +104,25 @@ def test_the_readout_multiplies_logits_by_base_over_width_and_keeps_its_spread()
     assert model.embedding.scale == math.sqrt(32)  # √d_model at the base width
 
 
-def test_attention_logits_are_q_dot_k_over_d_head_scaled_to_sp_at_the_base_width() -> None:
-    model = make("decoder_only", 256, "mup", attn_impl="math")  # d_head 64; at base 8
+def attention_by_hand(model: nn.Module, width: int, scale: float) -> None:
+    """The first layer's causal attention weights on 5 random tokens against
+    softmax(q·k·scale) computed from its own projections (4 heads)."""
     attention = model.decoder.layers[0].self_attn
     attention.record_weights = True
-    x = torch.randn(1, 5, 256)
+    x = torch.randn(1, 5, width)
     attention(x, model.decoder.attention_inputs(torch.ones(1, 5, dtype=torch.long), None,
                                                 None, None)[1])  # fmt: skip
-    q, k, _ = (t.view(1, 5, 4, 64).transpose(1, 2) for t in attention.in_proj(x).split(256, -1))
-    scores = q @ k.transpose(-1, -2) * math.sqrt(8) / 64
+    d_head = width // 4
+    q, k, _ = (t.view(1, 5, 4, d_head).transpose(1, 2)
+               for t in attention.in_proj(x).split(width, -1))  # fmt: skip
+    scores = q @ k.transpose(-1, -2) * scale
     scores = scores.masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), float("-inf"))
     torch.testing.assert_close(attention.last_weights, scores.softmax(-1))
+
+
+def test_attention_logits_are_q_dot_k_over_d_head_scaled_to_sp_at_the_base_width() -> None:
+    model = make("decoder_only", 256, "mup", attn_impl="math")  # d_head 64; at base 8
+    attention_by_hand(model, 256, math.sqrt(8) / 64)
 
 
 def test_the_base_multipliers_scale_the_readout_and_the_attention_logits() -> None:
@@ -125,15 +133,7 @@ def test_the_base_multipliers_scale_the_readout_and_the_attention_logits() -> No
     tokens = inputs("decoder_only")[0]
     expected = model.hidden(tokens) @ model.lm_head.weight.T * (2.5 * 32 / 128)
     torch.testing.assert_close(model(tokens), expected)
-    attention = model.decoder.layers[0].self_attn
-    attention.record_weights = True
-    x = torch.randn(1, 5, 128)
-    attention(x, model.decoder.attention_inputs(torch.ones(1, 5, dtype=torch.long), None,
-                                                None, None)[1])  # fmt: skip
-    q, k, _ = (t.view(1, 5, 4, 32).transpose(1, 2) for t in attention.in_proj(x).split(128, -1))
-    scores = q @ k.transpose(-1, -2) * 0.5 * math.sqrt(8) / 32
-    scores = scores.masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), float("-inf"))
-    torch.testing.assert_close(attention.last_weights, scores.softmax(-1))
+    attention_by_hand(model, 128, 0.5 * math.sqrt(8) / 32)
     task_model = {"name": "encoder_only", "vocab_size": 40, "d_model": 128, "n_heads": 4,
                   "n_layers": 1, "param": "mup", "mup_base_width": 32, **alphas}  # fmt: skip
     head = ClassificationTask(model=task_model, num_classes=3).head[1]
