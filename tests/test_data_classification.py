@@ -116,6 +116,9 @@ def test_the_holdout_key_chooses_the_split_and_refuses_other_values(tmp_path) ->
         assert (len(dm.datasets["val"]), len(dm.datasets["train"])) == sizes, holdout
     with pytest.raises(ConfigError, match="data.holdout=phrases is not one of rows, sentences"):
         ClassificationDataModule(path=str(path), holdout="phrases")
+    with pytest.raises(ConfigError, match="a validation set is given; set data.files.val=null"):
+        build(tmp_path, files={"train": str(path), "val": str(path)}, text_column="sentence",
+              holdout="sentences")  # fmt: skip
 
 
 def test_path_gives_train_val_and_test_from_one_file(tmp_path, sst_like) -> None:

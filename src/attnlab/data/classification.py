@@ -236,6 +236,12 @@ class ClassificationDataModule(CachedDataModule):
                 )
                 for split, path in self._sources.items()
             }
+        if "val" in examples and self.holdout != "rows":  # a validation set is given
+            raise ConfigError(
+                f"data.holdout={self.holdout} chooses what validates when it is carved from "
+                "train, but a validation set is given; set data.files.val=null (or drop "
+                "data.holdout)"
+            )
         if "val" not in examples:
             texts, labels = examples["train"]
             split = sentence_split if self.holdout == "sentences" else None
