@@ -91,3 +91,18 @@ def test_jobs_that_is_not_a_count_is_refused(tmp_path: Path) -> None:
     done = planned("experiments/depth_stability/run.sh", tmp_path, JOBS="two")
     assert done.returncode == 2
     assert done.stderr.startswith("error: JOBS=two ") and done.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("study", "env", "said"),
+    [("mup_transfer", {"TUNE_SEED": "1"}, "error: tuning seed 1 (TUNE_SEED, TUNE_MORE_SEEDS)"),
+     ("architecture_comparison", {"SST2_TUNE_SEEDS": "100,2"},
+      "error: tuning seed 2 (SST2_TUNE_SEEDS)")],
+)  # fmt: skip
+def test_a_tuning_seed_that_also_reports_is_refused(
+    study: str, env: dict[str, str], said: str, tmp_path: Path
+) -> None:  # fmt: skip
+    done = planned(f"experiments/{study}/run.sh", tmp_path, **env)
+    assert done.returncode == 2
+    assert done.stderr.startswith(said) and done.stderr.count("\n") == 1
+    assert not (tmp_path / "plan").exists()

@@ -6,6 +6,12 @@
 #   sst2                   SST-2: encoder-only, causal LM, prefix LM, encdec 4+4, encdec 2+2 (15 runs)
 #   sst2_sentences         the same validated on whole held-out sentences, none of whose phrases
 #                          trains (data.holdout=sentences; 15 runs)
+#   sst2_rates             each SST-2 architecture's learning-rate grid on sentence validation, on
+#                          tuning seeds that report nothing: SST2_RATES, then SST2_HIGH_RATES (the
+#                          grid's top, added when optima sat at 3e-3; empty: none) × SST2_TUNE_SEEDS
+#                          (40 runs in runs/sst2_rates and runs/sst2_rates_high)
+#   sst2_tuned             the five at the rate each chose there, seeds 0–2 (15 runs; one sweep
+#                          per rate, runs/sst2_tuned/lr<rate>)
 # saves their raw runs to runs/<part>, then writes results_<part>.md and the plots next to this
 # script: the table (bootstrap CIs), then every pair of architectures tested on the two metrics
 # the README reads (Welch, Holm over the pairs of each metric), and gate.md.
@@ -17,12 +23,23 @@
 #   PART=translation TAG=_lr3e-3 …/run.sh optim.lr=3e-3  # a variant, in results_translation_lr3e-3.md
 #   JOBS=1 experiments/architecture_comparison/run.sh trainer=gpu   # one GPU, one run at a time
 # Extra arguments go to every training run of the parts chosen; TAG names the outputs (and the
-# raw runs' folder) of such a variant so that the main tables are kept. JOBS, PLAN: see
-# ../study.sh.
+# raw runs' folder) of such a variant so that the main tables are kept. SWEEP replaces a part's
+# sweep folder; for sst2_rates and sst2_tuned, which train several sweeps, it is the folder they
+# are made in. JOBS, PLAN: see ../study.sh.
 source "$(dirname "$0")/../study.sh"
 no_corpus "Multi30k and SST-2"
 SEEDS="${SEEDS:-0,1,2}"
 TAG="${TAG:-}"
+SST2_RATES="${SST2_RATES-3e-4,1e-3,3e-3}"
+SST2_HIGH_RATES="${SST2_HIGH_RATES-1e-2}"
+SST2_TUNE_SEEDS="${SST2_TUNE_SEEDS:-100,101}"
+for seed in ${SST2_TUNE_SEEDS//,/ }; do  # the seeds that choose must not report (winner's curse)
+  case ",$SEEDS," in *",$seed,"*)
+    echo "error: tuning seed $seed (SST2_TUNE_SEEDS) is also a reporting seed (SEEDS):" \
+      "choose tuning seeds outside $SEEDS" >&2
+    exit 2 ;;
+  esac
+done
 
 run_part() {  # name, experiments, metrics, metric for the curves' plot, second metric, overrides…
   local name="$1" experiments="$2" metrics="$3" curve="$4" second="$5"
@@ -69,6 +86,61 @@ fi
 if [ "$PART" = all ] || [ "$PART" = sst2_sentences ]; then
   # ++: the sweep's base config, composed before any experiment is chosen, has no data.holdout
   run_part "sst2_sentences$TAG" "${SST2[@]}" ++data.holdout=sentences "$@"
+fi
+if [ "$PART" = all ] || [ "$PART" = sst2_rates ]; then
+  # every architecture × rate on the tuning seeds, in two sweeps (a sweep whose rates are empty
+  # is skipped); the choice reads the best validation of each run (rates.py)
+  tuning=()
+  for grid in "sst2_rates:$SST2_RATES" "sst2_rates_high:$SST2_HIGH_RATES"; do
+    name="${grid%%:*}$TAG" rates="${grid#*:}"
+    [ -n "$rates" ] || continue
+    sweep="$(sweep_dir "$name" "${SWEEP:+$SWEEP/$name}")"
+    sweep="${sweep:-logs/study_architectures/multiruns/${name}_$STAMP}"
+    train_sweep "$name" "$sweep" experiment="${SST2[0]}" seed="$SST2_TUNE_SEEDS" \
+        optim.lr="$rates" "${AT_ONCE[@]}" ++data.holdout=sentences "$@"
+    tuning+=("$sweep")
+  done
+  if [ -z "${PLAN:-}" ]; then
+    "$PY" "$HERE/rates.py" "${tuning[@]}" > "$OUT/rates_sst2.md"
+    echo "wrote rates_sst2.md (runs: ${tuning[*]})"
+  fi
+fi
+if [ "$PART" = all ] || [ "$PART" = sst2_tuned ]; then
+  # one sweep per chosen rate, of the architectures that chose it, into one parent folder
+  tuning=("$RUNS/sst2_rates$TAG")  # as the tuning saved them
+  if [ -d "$RUNS/sst2_rates_high$TAG" ]; then tuning+=("$RUNS/sst2_rates_high$TAG"); fi
+  choice="$("$PY" "$HERE/rates.py" --choose "${tuning[@]}")" || exit 2
+  parent="$(sweep_dir "sst2_tuned$TAG" \
+      "${SWEEP:-logs/study_architectures/multiruns/sst2_tuned${TAG}_$STAMP}")"
+  while read -r rate experiments; do
+    train_sweep "sst2_tuned$TAG/lr$rate" "$parent/lr$rate" experiment="$experiments" \
+        seed="$SEEDS" optim.lr="$rate" "${AT_ONCE[@]}" ++data.holdout=sentences "$@"
+  done <<< "$choice"
+  if [ -z "${PLAN:-}" ]; then
+    out="$OUT/results_sst2_tuned$TAG.md"
+    "$PY" -m attnlab.compare "$parent" --by experiment_name optim.lr \
+        --metric test/acc val/acc test/loss params tokens_per_sec > "$out"
+    for metric in test/acc val/acc; do
+      echo
+      "$PY" -m attnlab.compare "$parent" --by experiment_name optim.lr --metric "$metric" \
+          --all-pairs | grep '^Welch\|^In each line'
+    done >> "$out"
+    # what the tuning bought: each architecture that moved, at its rate against the presets'
+    # 1e-3 on the same seeds (sst2_sentences), Holm over those architectures
+    moved=()
+    while read -r rate experiments; do
+      [ "$rate" = 0.001 ] && continue
+      for experiment in ${experiments//,/ }; do
+        moved+=(--vs "$experiment optim.lr=$rate" "$experiment optim.lr=0.001")
+      done
+    done <<< "$choice"
+    if [ "${#moved[@]}" -gt 0 ]; then
+      echo
+      "$PY" -m attnlab.compare "$parent" "$RUNS/sst2_sentences$TAG" --by experiment_name \
+          optim.lr --metric test/acc "${moved[@]}" | grep '^Welch\|^In each line'
+    fi >> "$out"
+    echo "wrote $out (runs: $parent)"
+  fi
 fi
 
 # the gate: the translation baseline (4 + 4 encoder-decoder) at multi30k_base's 4 epochs
