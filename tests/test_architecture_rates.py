@@ -31,20 +31,21 @@ def rates() -> Iterator[ModuleType]:
     del sys.modules[spec.name]
 
 
-def sweep(root: Path, runs: list[Row]) -> str:
-    """A sweep of runs validated every 250 steps; None: a run that did not complete."""
-    for job, (experiment, lr, seed, accuracies) in enumerate(runs):
+def sweep(root: Path, runs: list[Row], monitor: str = "val/acc", mode: str = "max") -> str:
+    """A sweep of runs validated every 250 steps, each checkpoint chosen by ``monitor``;
+    None: a run that did not complete."""
+    for job, (experiment, lr, seed, values) in enumerate(runs):
         config = {
             "experiment_name": experiment,
             "optim": {"lr": lr},
             "seed": seed,
-            "callbacks": {"model_checkpoint": {"monitor": "val/acc", "mode": "max"}},
+            "callbacks": {"model_checkpoint": {"monitor": monitor, "mode": mode}},
         }
-        metrics = {} if accuracies is None else {"val/acc": accuracies[-1]}
-        write_summary(root / str(job), status="failed" if accuracies is None else "completed",
+        metrics = {} if values is None else {monitor: values[-1]}
+        write_summary(root / str(job), status="failed" if values is None else "completed",
                       config=config, task="classification", metrics=metrics)  # fmt: skip
-        rows = [f"{250 * (i + 1)},{acc}" for i, acc in enumerate(accuracies or [])]
-        (root / str(job) / "metrics.csv").write_text("step,val/acc\n" + "\n".join(rows) + "\n")
+        rows = [f"{250 * (i + 1)},{value}" for i, value in enumerate(values or [])]
+        (root / str(job) / "metrics.csv").write_text(f"step,{monitor}\n" + "\n".join(rows) + "\n")
     return str(root)
 
 
@@ -75,6 +76,19 @@ def test_the_choice_is_the_best_mean_of_the_best_validations(
            "(0.6500 / 0.6500) | 0.003 |" in lines  # fmt: skip
     assert "| B | **0.8000 (0.8100 / 0.7900)** | 1 of 2 failed | 0.5000 (0.5000 / 0.5000) " \
            "| 0.001 (edge) |" in lines  # fmt: skip
+
+
+def test_a_loss_monitor_chooses_the_lowest_mean_of_the_best_validations(
+    rates: ModuleType, tmp_path: Path
+) -> None:  # fmt: skip
+    runs: list[Row] = [
+        ("A", 1e-3, 100, [4.0, 3.5]), ("A", 3e-3, 100, [3.2, 3.6]), ("A", 1e-2, 100, [3.9, 3.8]),
+    ]  # fmt: skip
+    cells = rates.grid(rates.load_runs([sweep(tmp_path, runs, monitor="val/loss", mode="min")]))
+    assert (cells.monitor, cells.mode) == ("val/loss", "min")
+    assert cells.score("A", 3e-3) == pytest.approx(3.2)  # its best, not its last 3.6
+    assert cells.choice("A") == 3e-3
+    assert rates.table(cells)[0].endswith("best val/loss on the tuning seeds (100)")
 
 
 def test_choose_prints_each_rate_with_the_architectures_that_chose_it(

@@ -97,7 +97,9 @@ def test_jobs_that_is_not_a_count_is_refused(tmp_path: Path) -> None:
     ("study", "env", "said"),
     [("mup_transfer", {"TUNE_SEED": "1"}, "error: tuning seed 1 (TUNE_SEED, TUNE_MORE_SEEDS)"),
      ("architecture_comparison", {"SST2_TUNE_SEEDS": "100,2"},
-      "error: tuning seed 2 (SST2_TUNE_SEEDS)")],
+      "error: tuning seed 2 (SST2_TUNE_SEEDS)"),
+     ("architecture_comparison", {"TRANSLATION_TUNE_SEEDS": "0"},
+      "error: tuning seed 0 (TRANSLATION_TUNE_SEEDS)")],
 )  # fmt: skip
 def test_a_tuning_seed_that_also_reports_is_refused(
     study: str, env: dict[str, str], said: str, tmp_path: Path

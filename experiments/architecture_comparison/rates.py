@@ -1,15 +1,15 @@
-"""Each SST-2 architecture's learning rate, chosen on seeds that report nothing.
+"""Each architecture's learning rate, chosen on seeds that report nothing.
 
-    rates.py SWEEP [SWEEP ...]            the grid as a markdown table (rates_sst2.md)
+    rates.py SWEEP [SWEEP ...]            the grid as a markdown table (rates_<task>.md)
     rates.py --choose SWEEP [SWEEP ...]   one line per chosen rate, "RATE EXPERIMENT,…", for run.sh
 
-Every run is read at its best validation: the checkpoint its test would use (the SST-2
-presets' ``callbacks.model_checkpoint``, val/acc, max; validated on whole held-out
-sentences). An architecture's score at a rate is the mean of that accuracy over the tuning
-seeds, and it chooses the rate with the best score. The grid must be full: every
-architecture has every rate on the same seeds, or the table is refused. A run that did not
-complete (diverged included) makes its rate unchoosable, and the table shows it. A choice at
-an edge of the grid is flagged: the optimum may lie outside it (widen ``SST2_RATES``).
+Every run is read at its best validation: the checkpoint its test would use, by the
+presets' ``callbacks.model_checkpoint`` monitor (SST-2: val/acc, max, on whole held-out
+sentences; translation: val/loss, min). An architecture's score at a rate is the mean of
+that value over the tuning seeds, and it chooses the rate with the best score. The grid must
+be full: every architecture has every rate on the same seeds, or the table is refused. A run
+that did not complete (diverged included) makes its rate unchoosable, and the table shows it.
+A choice at an edge of the grid is flagged: the optimum may lie outside it (widen the grid).
 """
 
 from __future__ import annotations
@@ -18,19 +18,19 @@ import sys
 from dataclasses import dataclass
 from statistics import fmean
 
-from attnlab.compare.compute import runs_at_best
+from attnlab.compare.compute import monitor_of, runs_at_best
 from attnlab.compare.grouping import lookup
 from attnlab.compare.runs import Run, load_runs
 from attnlab.errors import UserError
 
-METRIC = "val/acc"
-
 
 @dataclass
 class Grid:
-    """Best validation accuracy per (experiment, rate), one value per tuning seed; None
-    for a run that did not complete."""
+    """The monitor at each run's best validation per (experiment, rate), one value per
+    tuning seed; None for a run that did not complete."""
 
+    monitor: str
+    mode: str  # "max" or "min"
     rates: list[float]
     seeds: list[int]
     cells: dict[str, dict[float, dict[int, float | None]]]
@@ -42,7 +42,10 @@ class Grid:
 
     def choice(self, experiment: str) -> float:
         """The rate of the best score (the smaller rate on a tie)."""
-        scored = [(s, -r) for r in self.rates if (s := self.score(experiment, r)) is not None]
+        sign = 1 if self.mode == "max" else -1
+        scored = [
+            (sign * s, -r) for r in self.rates if (s := self.score(experiment, r)) is not None
+        ]
         if not scored:
             raise UserError(f"{experiment}: no rate of the grid has every tuning run completed")
         return -max(scored)[1]
@@ -55,8 +58,11 @@ class Grid:
 def grid(runs: list[Run]) -> Grid:
     """The runs as a full experiment × rate × seed grid; a missing cell is a UserError."""
     completed = [r for r in runs if r.completed]
-    best = runs_at_best(completed, [METRIC])[0] if completed else []
-    at_best = {id(r): b.metrics.get(f"{METRIC} @ best {METRIC}")
+    if not completed:
+        raise UserError("no run of the grid completed: nothing to choose from")
+    monitor, mode = monitor_of(completed[0])
+    best = runs_at_best(completed, [monitor])[0]  # refuses runs of different monitors
+    at_best = {id(r): b.metrics.get(f"{monitor} @ best {monitor}")
                for r, b in zip(completed, best, strict=True)}  # fmt: skip
     cells: dict[str, dict[float, dict[int, float | None]]] = {}
     for run in runs:
@@ -77,13 +83,13 @@ def grid(runs: list[Run]) -> Grid:
                                 f"{', '.join(map(str, missing))}: the grid must be full — "
                                 f"train the missing runs (resume=true) or drop that "
                                 f"seed or rate")  # fmt: skip
-    return Grid(rates, seeds, dict(sorted(cells.items())))
+    return Grid(monitor, mode, rates, seeds, dict(sorted(cells.items())))
 
 
 def table(cells: Grid) -> list[str]:
     seeds = ", ".join(map(str, cells.seeds))
     lines = [
-        f"## Learning rate per architecture: best {METRIC} on the tuning seeds ({seeds})",
+        f"## Learning rate per architecture: best {cells.monitor} on the tuning seeds ({seeds})",
         "",
         "| experiment | " + " | ".join(f"lr {r:g}" for r in cells.rates) + " | chosen |",
         "| --- | " + " | ".join("---:" for _ in cells.rates) + " | ---: |",
@@ -105,10 +111,11 @@ def table(cells: Grid) -> list[str]:
         lines.append(f"| {experiment} | " + " | ".join(row) + f" | {chosen:g}{edge} |")
     lines += [
         "",
-        f"Each cell: the mean over the tuning seeds of each run's best {METRIC} (the "
-        f"checkpoint its test would use), then each seed's value in seed order; bold: the "
-        f"chosen rate, the best mean (the smaller rate on a tie). (edge): the choice is at an "
-        f"end of the grid, so the optimum may lie outside it. The tuning seeds report nothing.",
+        f"Each cell: the mean over the tuning seeds of each run's best {cells.monitor} "
+        f"({cells.mode}; the checkpoint its test would use), then each seed's value in seed "
+        f"order; bold: the chosen rate, the best mean (the smaller rate on a tie). (edge): the "
+        f"choice is at an end of the grid, so the optimum may lie outside it. The tuning seeds "
+        f"report nothing.",
     ]
     return lines
 
@@ -130,7 +137,7 @@ def main(argv: list[str]) -> int:
                 print(f"{rate:g} {','.join(experiments)}")
             for experiment in filter(cells.at_edge, cells.cells):
                 print(f"warning: {experiment} chose lr {cells.choice(experiment):g}, an end of "
-                      f"the grid: its optimum may lie outside it (widen SST2_RATES)",
+                      f"the grid: its optimum may lie outside it (widen the grid)",
                       file=sys.stderr)  # fmt: skip
             return 0
         print("\n".join(table(cells)))

@@ -12,6 +12,9 @@
 #                          (40 runs in runs/sst2_rates and runs/sst2_rates_high)
 #   sst2_tuned             the five at the rate each chose there, seeds 0–2 (15 runs; one sweep
 #                          per rate, runs/sst2_tuned/lr<rate>)
+#   translation_rates      the translation architectures' learning-rate grid on the tuning seed(s)
+#                          TRANSLATION_TUNE_SEEDS: TRANSLATION_RATES, then TRANSLATION_HIGH_RATES
+#                          (16 runs in runs/translation_rates{,_high}); read, not rerun
 # saves their raw runs to runs/<part>, then writes results_<part>.md and the plots next to this
 # script: the table (bootstrap CIs), then every pair of architectures tested on the two metrics
 # the README reads (Welch, Holm over the pairs of each metric), and gate.md.
@@ -33,12 +36,18 @@ TAG="${TAG:-}"
 SST2_RATES="${SST2_RATES-3e-4,1e-3,3e-3}"
 SST2_HIGH_RATES="${SST2_HIGH_RATES-1e-2}"
 SST2_TUNE_SEEDS="${SST2_TUNE_SEEDS:-100,101}"
-for seed in ${SST2_TUNE_SEEDS//,/ }; do  # the seeds that choose must not report (winner's curse)
-  case ",$SEEDS," in *",$seed,"*)
-    echo "error: tuning seed $seed (SST2_TUNE_SEEDS) is also a reporting seed (SEEDS):" \
-      "choose tuning seeds outside $SEEDS" >&2
-    exit 2 ;;
-  esac
+TRANSLATION_RATES="${TRANSLATION_RATES-3e-4,1e-3,3e-3}"
+TRANSLATION_HIGH_RATES="${TRANSLATION_HIGH_RATES-1e-2}"
+TRANSLATION_TUNE_SEEDS="${TRANSLATION_TUNE_SEEDS:-100}"
+for tuning in "SST2_TUNE_SEEDS:$SST2_TUNE_SEEDS" "TRANSLATION_TUNE_SEEDS:$TRANSLATION_TUNE_SEEDS"; do
+  seeds="${tuning#*:}"
+  for seed in ${seeds//,/ }; do  # the seeds that choose must not report (winner's curse)
+    case ",$SEEDS," in *",$seed,"*)
+      echo "error: tuning seed $seed (${tuning%%:*}) is also a reporting seed (SEEDS):" \
+        "choose tuning seeds outside $SEEDS" >&2
+      exit 2 ;;
+    esac
+  done
 done
 
 run_part() {  # name, experiments, metrics, metric for the curves' plot, second metric, overrides…
@@ -62,6 +71,33 @@ run_part() {  # name, experiments, metrics, metric for the curves' plot, second 
   # the numbers behind that plot: the metric at every validation, mean ± std over seeds
   "$PY" "$HERE/curve_table.py" "$sweep" --metric "$curve" > "$OUT/curves_${name}.md"
   echo "wrote $out, curves_${name}.md and plots (runs: $sweep)"
+}
+
+rate_grid() {  # task, experiments, metrics, tuning seeds, rates, high rates, overrides…
+  # every architecture × rate on the tuning seeds, in two sweeps, <task>_rates and
+  # <task>_rates_high (the grid's top, added when optima sat at the first grid's top; a sweep
+  # whose rates are empty is skipped); rates.py reads each run at its best validation and
+  # chooses, then every tuning run's metrics for the reading (not for the choice)
+  local task="$1" experiments="$2" metrics="$3" seeds="$4" first="$5" high="$6"
+  shift 6
+  local tuning=() grid name rates sweep
+  for grid in "${task}_rates:$first" "${task}_rates_high:$high"; do
+    name="${grid%%:*}$TAG" rates="${grid#*:}"
+    [ -n "$rates" ] || continue
+    sweep="$(sweep_dir "$name" "${SWEEP:+$SWEEP/$name}")"
+    sweep="${sweep:-logs/study_architectures/multiruns/${name}_$STAMP}"
+    train_sweep "$name" "$sweep" experiment="$experiments" seed="$seeds" optim.lr="$rates" \
+        "${AT_ONCE[@]}" "$@"
+    tuning+=("$sweep")
+  done
+  if [ -z "${PLAN:-}" ]; then
+    "$PY" "$HERE/rates.py" "${tuning[@]}" > "$OUT/rates_$task.md"
+    echo >> "$OUT/rates_$task.md"
+    # shellcheck disable=SC2086  # $metrics is a list of metric names
+    "$PY" -m attnlab.compare "${tuning[@]}" --by experiment_name optim.lr --metric $metrics \
+        >> "$OUT/rates_$task.md" 2> >(grep -v '^warning: ' >&2)
+    echo "wrote rates_$task.md (runs: ${tuning[*]})"
+  fi
 }
 
 TRANSLATION=(
@@ -88,22 +124,8 @@ if [ "$PART" = all ] || [ "$PART" = sst2_sentences ]; then
   run_part "sst2_sentences$TAG" "${SST2[@]}" ++data.holdout=sentences "$@"
 fi
 if [ "$PART" = all ] || [ "$PART" = sst2_rates ]; then
-  # every architecture × rate on the tuning seeds, in two sweeps (a sweep whose rates are empty
-  # is skipped); the choice reads the best validation of each run (rates.py)
-  tuning=()
-  for grid in "sst2_rates:$SST2_RATES" "sst2_rates_high:$SST2_HIGH_RATES"; do
-    name="${grid%%:*}$TAG" rates="${grid#*:}"
-    [ -n "$rates" ] || continue
-    sweep="$(sweep_dir "$name" "${SWEEP:+$SWEEP/$name}")"
-    sweep="${sweep:-logs/study_architectures/multiruns/${name}_$STAMP}"
-    train_sweep "$name" "$sweep" experiment="${SST2[0]}" seed="$SST2_TUNE_SEEDS" \
-        optim.lr="$rates" "${AT_ONCE[@]}" ++data.holdout=sentences "$@"
-    tuning+=("$sweep")
-  done
-  if [ -z "${PLAN:-}" ]; then
-    "$PY" "$HERE/rates.py" "${tuning[@]}" > "$OUT/rates_sst2.md"
-    echo "wrote rates_sst2.md (runs: ${tuning[*]})"
-  fi
+  rate_grid sst2 "${SST2[0]}" "test/acc val/acc" "$SST2_TUNE_SEEDS" "$SST2_RATES" \
+      "$SST2_HIGH_RATES" ++data.holdout=sentences "$@"
 fi
 if [ "$PART" = all ] || [ "$PART" = sst2_tuned ]; then
   # one sweep per chosen rate, of the architectures that chose it, into one parent folder
@@ -141,6 +163,10 @@ if [ "$PART" = all ] || [ "$PART" = sst2_tuned ]; then
     fi >> "$out"
     echo "wrote $out (runs: $parent)"
   fi
+fi
+if [ "$PART" = all ] || [ "$PART" = translation_rates ]; then
+  rate_grid translation "${TRANSLATION[0]}" "test/bleu val/loss val/bleu" \
+      "$TRANSLATION_TUNE_SEEDS" "$TRANSLATION_RATES" "$TRANSLATION_HIGH_RATES" "$@"
 fi
 
 # the gate: the translation baseline (4 + 4 encoder-decoder) at multi30k_base's 4 epochs
