@@ -19,6 +19,8 @@
 #   CORPUS_ARGS              the overrides that put a language-model sweep on CORPUS (none
 #                            when CORPUS is unset)
 #   no_corpus DATA           refuses CORPUS in a study that trains on DATA (not a language model)
+#   refuse_tuning_seeds TUNING NAMES REPORTING NAMES   refuses a tuning seed that is also a
+#                            reporting seed (winner's curse), naming the variables of each
 #   analysis_follows         where training ends: a PLAN stops the script here
 # and what every study reads from the environment:
 #   JOBS     runs trained at once: 2 by default, side by side with one CPU thread each (as the
@@ -82,6 +84,17 @@ no_corpus() {
     echo "error: CORPUS is for the language-model studies; this one trains on $1: unset it" >&2
     exit 2
   fi
+}
+
+refuse_tuning_seeds() {  # the seeds that choose must not report
+  local tuning="$1" tuning_names="$2" reporting="$3" reporting_names="$4" seed
+  for seed in ${tuning//,/ }; do
+    case ",$reporting," in *",$seed,"*)
+      echo "error: tuning seed $seed ($tuning_names) is also a reporting seed ($reporting_names):" \
+        "choose tuning seeds outside $reporting" >&2
+      exit 2 ;;
+    esac
+  done
 }
 
 analysis_follows() { if [ -n "${PLAN:-}" ]; then exit 0; fi; }

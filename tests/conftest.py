@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 
 import lightning.pytorch  # noqa: F401  (its log handler binds to the session's stderr, not a test's)
 import pytest
@@ -21,6 +26,21 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("ATTNLAB_DATA_ROOT", REPO_ROOT.parent / "shared" / "data"))
 if SHARED_DATA.is_dir():  # the presets read it (they default to ./data, what attnlab-data fetches)
     os.environ.setdefault("ATTNLAB_DATA_ROOT", str(SHARED_DATA))
+
+
+@contextmanager
+def study_script(relative: str, name: str) -> Iterator[ModuleType]:
+    """A study's analysis script (``relative`` to the repository) imported as module ``name``,
+    registered in sys.modules for the block (its dataclasses need it there)."""
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / relative)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[name]
 
 
 @pytest.fixture

@@ -3,8 +3,6 @@ over the tuning seeds, of each run's best validation accuracy; an incomplete gri
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -13,22 +11,18 @@ import pytest
 
 from attnlab.callbacks.summary import write_summary
 from attnlab.errors import UserError
-from conftest import REPO_ROOT
+from conftest import study_script
 
 Row = tuple[str, float, int, "list[float] | None"]  # experiment, lr, seed, val/acc per validation
 
 
 @pytest.fixture(scope="module")
 def rates() -> Iterator[ModuleType]:
-    """The study's script, imported as a module (its dataclass needs it in sys.modules)."""
-    path = REPO_ROOT / "experiments" / "architecture_comparison" / "rates.py"
-    spec = importlib.util.spec_from_file_location("architecture_rates_script", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+    """The study's script, imported as a module."""
+    with study_script(
+        "experiments/architecture_comparison/rates.py", "architecture_rates_script"
+    ) as module:
+        yield module
 
 
 def sweep(root: Path, runs: list[Row], monitor: str = "val/acc", mode: str = "max") -> str:

@@ -3,8 +3,6 @@ their mean, and the table says how many runs each cell holds."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -12,20 +10,14 @@ from types import ModuleType
 import pytest
 
 from attnlab.callbacks.summary import write_summary
-from conftest import REPO_ROOT
+from conftest import study_script
 
 
 @pytest.fixture(scope="module")
 def transfer() -> Iterator[ModuleType]:
-    """The study's script, imported as a module (its dataclass needs it in sys.modules)."""
-    path = REPO_ROOT / "experiments" / "mup_transfer" / "transfer.py"
-    spec = importlib.util.spec_from_file_location("mup_transfer_script", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+    """The study's script, imported as a module."""
+    with study_script("experiments/mup_transfer/transfer.py", "mup_transfer_script") as module:
+        yield module
 
 
 def sweep(root: Path, runs: list[tuple[int, float, int, float | None]]) -> str:

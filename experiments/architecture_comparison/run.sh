@@ -39,16 +39,8 @@ SST2_TUNE_SEEDS="${SST2_TUNE_SEEDS:-100,101}"
 TRANSLATION_RATES="${TRANSLATION_RATES-3e-4,1e-3,3e-3}"
 TRANSLATION_HIGH_RATES="${TRANSLATION_HIGH_RATES-1e-2}"
 TRANSLATION_TUNE_SEEDS="${TRANSLATION_TUNE_SEEDS:-100}"
-for tuning in "SST2_TUNE_SEEDS:$SST2_TUNE_SEEDS" "TRANSLATION_TUNE_SEEDS:$TRANSLATION_TUNE_SEEDS"; do
-  seeds="${tuning#*:}"
-  for seed in ${seeds//,/ }; do  # the seeds that choose must not report (winner's curse)
-    case ",$SEEDS," in *",$seed,"*)
-      echo "error: tuning seed $seed (${tuning%%:*}) is also a reporting seed (SEEDS):" \
-        "choose tuning seeds outside $SEEDS" >&2
-      exit 2 ;;
-    esac
-  done
-done
+refuse_tuning_seeds "$SST2_TUNE_SEEDS" SST2_TUNE_SEEDS "$SEEDS" SEEDS
+refuse_tuning_seeds "$TRANSLATION_TUNE_SEEDS" TRANSLATION_TUNE_SEEDS "$SEEDS" SEEDS
 
 run_part() {  # name, experiments, metrics, metric for the curves' plot, second metric, overrides…
   local name="$1" experiments="$2" metrics="$3" curve="$4" second="$5"

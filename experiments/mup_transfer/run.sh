@@ -64,13 +64,7 @@ for seed in ${FIRST_SEEDS//,/ }; do  # a seed in both would train its runs twice
   esac
 done
 TUNE_SEEDS="$TUNE_SEED${TUNE_MORE_SEEDS:+,$TUNE_MORE_SEEDS}"
-for seed in ${TUNE_SEEDS//,/ }; do  # the seeds that choose must not report (winner's curse)
-  case ",$ALL_SEEDS," in *",$seed,"*)
-    echo "error: tuning seed $seed (TUNE_SEED, TUNE_MORE_SEEDS) is also a reporting seed" \
-      "(SEEDS, MORE_SEEDS): choose tuning seeds outside $ALL_SEEDS" >&2
-    exit 2 ;;
-  esac
-done
+refuse_tuning_seeds "$TUNE_SEEDS" "TUNE_SEED, TUNE_MORE_SEEDS" "$ALL_SEEDS" "SEEDS, MORE_SEEDS"
 # a parametrisation's sweeps, by name: the first seed's grid (sp, sp_high), the widths below
 # μP's base (sp_narrow, sp_narrow_high) and the grid's further seeds (sp_seeds); likewise mup_*
 sweeps() {  # PARAM: the sweeps its tables read, the ones this run trains or trained
