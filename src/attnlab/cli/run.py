@@ -104,8 +104,13 @@ class RunRecord:
         return self.hydra_cfg.job.num
 
     # the lines it prints
-    def say_job(self, what: str, flush: bool = False) -> None:
-        print(f"job {self.job} [{' '.join(self.overrides)}] {what}", flush=flush)
+    def say_job(self, what: str) -> None:
+        # side-by-side jobs share one pipe: what this process has buffered goes first, then the
+        # line goes in one write, which a pipe keeps whole (up to PIPE_BUF bytes), so another
+        # job's output cannot cut it; print() writes the text and its newline separately
+        sys.stdout.flush()
+        sys.stdout.write(f"job {self.job} [{' '.join(self.overrides)}] {what}\n")
+        sys.stdout.flush()
 
     def say_job_error(self, text: str) -> None:
         print(f"error: job {self.job}: {text}", file=sys.stderr)
@@ -115,7 +120,7 @@ class RunRecord:
         from attnlab.cli.rundir import is_primary_process
 
         if self.quiet:
-            self.say_job(f"started in {self.run_dir}", flush=True)
+            self.say_job(f"started in {self.run_dir}")
         elif not self.multirun and is_primary_process():
             print_config_tree(self.config)
             print(f"run directory: {self.run_dir}", flush=True)
@@ -127,7 +132,7 @@ class RunRecord:
         if self.quiet:
             shown = " ".join(f"{k}={v:.4g}" for k, v in sorted(result["metrics"].items())
                              if k.startswith("val/"))  # fmt: skip
-            self.say_job(f"{result['status']} {shown}", flush=True)
+            self.say_job(f"{result['status']} {shown}")
         if not self.multirun:
             shown = ", ".join(f"{k}={v:.4g}" for k, v in sorted(result["metrics"].items())
                               if "/" in k and not k.startswith("train/"))  # fmt: skip
