@@ -13,8 +13,10 @@
 #   sst2_tuned             the five at the rate each chose there, seeds 0–2 (15 runs; one sweep
 #                          per rate, runs/sst2_tuned/lr<rate>)
 #   translation_rates      the translation architectures' learning-rate grid on the tuning seed(s)
-#                          TRANSLATION_TUNE_SEEDS: TRANSLATION_RATES, then TRANSLATION_HIGH_RATES
-#                          (16 runs in runs/translation_rates{,_high}); read, not rerun
+#                          TRANSLATION_TUNE_SEEDS: TRANSLATION_RATES, then TRANSLATION_HIGH_RATES,
+#                          then TRANSLATION_TOP_RATES (20 runs in runs/translation_rates{,_high,_top})
+#   translation_tuned      the four at the rate each chose there, seeds 0–2 (12 runs; one sweep
+#                          per rate, runs/translation_tuned/lr<rate>)
 # saves their raw runs to runs/<part>, then writes results_<part>.md and the plots next to this
 # script: the table (bootstrap CIs), then every pair of architectures tested on the two metrics
 # the README reads (Welch, Holm over the pairs of each metric), and gate.md.
@@ -27,7 +29,7 @@
 #   JOBS=1 experiments/architecture_comparison/run.sh trainer=gpu   # one GPU, one run at a time
 # Extra arguments go to every training run of the parts chosen; TAG names the outputs (and the
 # raw runs' folder) of such a variant so that the main tables are kept. SWEEP replaces a part's
-# sweep folder; for sst2_rates and sst2_tuned, which train several sweeps, it is the folder they
+# sweep folder; for the parts that train several sweeps (*_rates, *_tuned), it is the folder they
 # are made in. JOBS, PLAN: see ../study.sh.
 source "$(dirname "$0")/../study.sh"
 no_corpus "Multi30k and SST-2"
@@ -38,6 +40,7 @@ SST2_HIGH_RATES="${SST2_HIGH_RATES-1e-2}"
 SST2_TUNE_SEEDS="${SST2_TUNE_SEEDS:-100,101}"
 TRANSLATION_RATES="${TRANSLATION_RATES-3e-4,1e-3,3e-3}"
 TRANSLATION_HIGH_RATES="${TRANSLATION_HIGH_RATES-1e-2}"
+TRANSLATION_TOP_RATES="${TRANSLATION_TOP_RATES-3e-2}"
 TRANSLATION_TUNE_SEEDS="${TRANSLATION_TUNE_SEEDS:-100}"
 refuse_tuning_seeds "$SST2_TUNE_SEEDS" SST2_TUNE_SEEDS "$SEEDS" SEEDS
 refuse_tuning_seeds "$TRANSLATION_TUNE_SEEDS" TRANSLATION_TUNE_SEEDS "$SEEDS" SEEDS
@@ -65,15 +68,15 @@ run_part() {  # name, experiments, metrics, metric for the curves' plot, second 
   echo "wrote $out, curves_${name}.md and plots (runs: $sweep)"
 }
 
-rate_grid() {  # task, experiments, metrics, tuning seeds, rates, high rates, overrides…
-  # every architecture × rate on the tuning seeds, in two sweeps, <task>_rates and
-  # <task>_rates_high (the grid's top, added when optima sat at the first grid's top; a sweep
-  # whose rates are empty is skipped); rates.py reads each run at its best validation and
+rate_grid() {  # task, experiments, metrics, tuning seeds, rates, high rates, top rates, overrides…
+  # every architecture × rate on the tuning seeds, in up to three sweeps, <task>_rates,
+  # <task>_rates_high and <task>_rates_top (each added when optima sat at the grid's top so far;
+  # a sweep whose rates are empty is skipped); rates.py reads each run at its best validation and
   # chooses, then every tuning run's metrics for the reading (not for the choice)
-  local task="$1" experiments="$2" metrics="$3" seeds="$4" first="$5" high="$6"
-  shift 6
+  local task="$1" experiments="$2" metrics="$3" seeds="$4" first="$5" high="$6" top="$7"
+  shift 7
   local tuning=() grid name rates sweep
-  for grid in "${task}_rates:$first" "${task}_rates_high:$high"; do
+  for grid in "${task}_rates:$first" "${task}_rates_high:$high" "${task}_rates_top:$top"; do
     name="${grid%%:*}$TAG" rates="${grid#*:}"
     [ -n "$rates" ] || continue
     sweep="$(sweep_dir "$name" "${SWEEP:+$SWEEP/$name}")"
@@ -90,6 +93,47 @@ rate_grid() {  # task, experiments, metrics, tuning seeds, rates, high rates, ov
         >> "$OUT/rates_$task.md" 2> >(grep -v '^warning: ' >&2)
     echo "wrote rates_$task.md (runs: ${tuning[*]})"
   fi
+}
+
+tuned() {  # task, metrics, the two metrics of the pairs, the part at the presets' 1e-3, overrides…
+  # the architectures at the rate each chose on the tuning seeds (as the tuning saved them), one
+  # sweep per chosen rate into one parent folder, on SEEDS; then the table, every pair on the two
+  # metrics (Holm over the pairs of each), and each architecture that moved against itself at
+  # the presets' 1e-3 on the same seeds, on the first metric (Holm over those architectures)
+  local task="$1" metrics="$2" pairs="$3" presets="$4"
+  shift 4
+  local tuning=() suffix choice parent rate experiments experiment metric out moved=()
+  for suffix in "" _high _top; do
+    if [ -d "$RUNS/${task}_rates$suffix$TAG" ]; then tuning+=("$RUNS/${task}_rates$suffix$TAG"); fi
+  done
+  choice="$("$PY" "$HERE/rates.py" --choose "${tuning[@]}")" || exit 2
+  parent="$(sweep_dir "${task}_tuned$TAG" \
+      "${SWEEP:-logs/study_architectures/multiruns/${task}_tuned${TAG}_$STAMP}")"
+  while read -r rate experiments; do
+    train_sweep "${task}_tuned$TAG/lr$rate" "$parent/lr$rate" experiment="$experiments" \
+        seed="$SEEDS" optim.lr="$rate" "${AT_ONCE[@]}" "$@"
+  done <<< "$choice"
+  [ -z "${PLAN:-}" ] || return 0
+  out="$OUT/results_${task}_tuned$TAG.md"
+  # shellcheck disable=SC2086  # $metrics is a list of metric names
+  "$PY" -m attnlab.compare "$parent" --by experiment_name optim.lr --metric $metrics > "$out"
+  for metric in $pairs; do
+    echo
+    "$PY" -m attnlab.compare "$parent" --by experiment_name optim.lr --metric "$metric" \
+        --all-pairs | grep '^Welch\|^In each line'
+  done >> "$out"
+  while read -r rate experiments; do
+    [ "$rate" = 0.001 ] && continue
+    for experiment in ${experiments//,/ }; do
+      moved+=(--vs "$experiment optim.lr=$rate" "$experiment optim.lr=0.001")
+    done
+  done <<< "$choice"
+  if [ "${#moved[@]}" -gt 0 ]; then
+    echo
+    "$PY" -m attnlab.compare "$parent" "$RUNS/$presets$TAG" --by experiment_name optim.lr \
+        --metric "${pairs%% *}" "${moved[@]}" | grep '^Welch\|^In each line'
+  fi >> "$out"
+  echo "wrote $out (runs: $parent)"
 }
 
 TRANSLATION=(
@@ -117,48 +161,18 @@ if [ "$PART" = all ] || [ "$PART" = sst2_sentences ]; then
 fi
 if [ "$PART" = all ] || [ "$PART" = sst2_rates ]; then
   rate_grid sst2 "${SST2[0]}" "test/acc val/acc" "$SST2_TUNE_SEEDS" "$SST2_RATES" \
-      "$SST2_HIGH_RATES" ++data.holdout=sentences "$@"
+      "$SST2_HIGH_RATES" "" ++data.holdout=sentences "$@"
 fi
 if [ "$PART" = all ] || [ "$PART" = sst2_tuned ]; then
-  # one sweep per chosen rate, of the architectures that chose it, into one parent folder
-  tuning=("$RUNS/sst2_rates$TAG")  # as the tuning saved them
-  if [ -d "$RUNS/sst2_rates_high$TAG" ]; then tuning+=("$RUNS/sst2_rates_high$TAG"); fi
-  choice="$("$PY" "$HERE/rates.py" --choose "${tuning[@]}")" || exit 2
-  parent="$(sweep_dir "sst2_tuned$TAG" \
-      "${SWEEP:-logs/study_architectures/multiruns/sst2_tuned${TAG}_$STAMP}")"
-  while read -r rate experiments; do
-    train_sweep "sst2_tuned$TAG/lr$rate" "$parent/lr$rate" experiment="$experiments" \
-        seed="$SEEDS" optim.lr="$rate" "${AT_ONCE[@]}" ++data.holdout=sentences "$@"
-  done <<< "$choice"
-  if [ -z "${PLAN:-}" ]; then
-    out="$OUT/results_sst2_tuned$TAG.md"
-    "$PY" -m attnlab.compare "$parent" --by experiment_name optim.lr \
-        --metric test/acc val/acc test/loss params tokens_per_sec > "$out"
-    for metric in test/acc val/acc; do
-      echo
-      "$PY" -m attnlab.compare "$parent" --by experiment_name optim.lr --metric "$metric" \
-          --all-pairs | grep '^Welch\|^In each line'
-    done >> "$out"
-    # what the tuning bought: each architecture that moved, at its rate against the presets'
-    # 1e-3 on the same seeds (sst2_sentences), Holm over those architectures
-    moved=()
-    while read -r rate experiments; do
-      [ "$rate" = 0.001 ] && continue
-      for experiment in ${experiments//,/ }; do
-        moved+=(--vs "$experiment optim.lr=$rate" "$experiment optim.lr=0.001")
-      done
-    done <<< "$choice"
-    if [ "${#moved[@]}" -gt 0 ]; then
-      echo
-      "$PY" -m attnlab.compare "$parent" "$RUNS/sst2_sentences$TAG" --by experiment_name \
-          optim.lr --metric test/acc "${moved[@]}" | grep '^Welch\|^In each line'
-    fi >> "$out"
-    echo "wrote $out (runs: $parent)"
-  fi
+  tuned sst2 "${SST2[1]}" "test/acc val/acc" sst2_sentences ++data.holdout=sentences "$@"
 fi
 if [ "$PART" = all ] || [ "$PART" = translation_rates ]; then
   rate_grid translation "${TRANSLATION[0]}" "test/bleu val/loss val/bleu" \
-      "$TRANSLATION_TUNE_SEEDS" "$TRANSLATION_RATES" "$TRANSLATION_HIGH_RATES" "$@"
+      "$TRANSLATION_TUNE_SEEDS" "$TRANSLATION_RATES" "$TRANSLATION_HIGH_RATES" \
+      "$TRANSLATION_TOP_RATES" "$@"
+fi
+if [ "$PART" = all ] || [ "$PART" = translation_tuned ]; then
+  tuned translation "${TRANSLATION[1]}" "test/bleu val/loss" translation "$@"
 fi
 
 # the gate: the translation baseline (4 + 4 encoder-decoder) at multi30k_base's 4 epochs
