@@ -17,6 +17,10 @@
 #                          then TRANSLATION_TOP_RATES (20 runs in runs/translation_rates{,_high,_top})
 #   translation_tuned      the four at the rate each chose there, seeds 0–2 (12 runs; one sweep
 #                          per rate, runs/translation_tuned/lr<rate>)
+#   reference              the translation gate from outside attnlab's model code: torch's
+#                          nn.Transformer in the 4 + 4 baseline's setup (../reference_translation.py)
+#                          at REFERENCE_RATES, seeds 0–2 (6 runs in runs/reference), tested
+#                          against the baseline at the same rate and seeds (gate_reference.md)
 # saves their raw runs to runs/<part>, then writes results_<part>.md and the plots next to this
 # script: the table (bootstrap CIs), then every pair of architectures tested on the two metrics
 # the README reads (Welch, Holm over the pairs of each metric), and gate.md.
@@ -42,6 +46,7 @@ TRANSLATION_RATES="${TRANSLATION_RATES-3e-4,1e-3,3e-3}"
 TRANSLATION_HIGH_RATES="${TRANSLATION_HIGH_RATES-1e-2}"
 TRANSLATION_TOP_RATES="${TRANSLATION_TOP_RATES-3e-2}"
 TRANSLATION_TUNE_SEEDS="${TRANSLATION_TUNE_SEEDS:-100}"
+REFERENCE_RATES="${REFERENCE_RATES:-1e-3,3e-3}"  # the presets' rate and the baseline's tuned one
 refuse_tuning_seeds "$SST2_TUNE_SEEDS" SST2_TUNE_SEEDS "$SEEDS" SEEDS
 refuse_tuning_seeds "$TRANSLATION_TUNE_SEEDS" TRANSLATION_TUNE_SEEDS "$SEEDS" SEEDS
 
@@ -173,6 +178,41 @@ if [ "$PART" = all ] || [ "$PART" = translation_rates ]; then
 fi
 if [ "$PART" = all ] || [ "$PART" = translation_tuned ]; then
   tuned translation "${TRANSLATION[1]}" "test/bleu val/loss" translation "$@"
+fi
+if [ "$PART" = all ] || [ "$PART" = reference ]; then
+  # torch.nn.Transformer on the baseline's data and settings, one run per rate and seed, two
+  # at a time; not an attnlab-train sweep, so PLAN (which lists those) leaves it out
+  reference="$(sweep_dir "reference$TAG" \
+      "${SWEEP:-logs/study_architectures/multiruns/reference${TAG}_$STAMP}")"
+  if [ -z "${PLAN:-}" ] && [ -z "${SKIP_TRAIN:-}" ]; then
+    threads=()  # runs side by side get one thread each, as in train_sweep
+    if [ "$JOBS" -gt 1 ]; then threads=(env OMP_NUM_THREADS=1); fi
+    for rate in ${REFERENCE_RATES//,/ }; do
+      for seed in ${SEEDS//,/ }; do
+        "${threads[@]}" "$PY" "$HERE/../reference_translation.py" "$reference/lr${rate}_seed$seed" \
+            experiment=study_architectures_encdec "seed=$seed" "optim.lr=$rate" "$@" &
+        while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
+      done
+    done
+    wait
+    "$PY" -m attnlab.studies --save-runs "$reference" "$RUNS/reference$TAG"
+  fi
+  if [ -z "${PLAN:-}" ]; then
+    out="$OUT/gate_reference$TAG.md"
+    "$PY" -m attnlab.compare "$RUNS/reference$TAG" --by experiment_name optim.lr \
+        --metric test/bleu val/loss params > "$out" 2> >(grep -v '^warning: ' >&2)
+    vs=()  # the baseline against the reference at each rate, same seeds
+    for rate in ${REFERENCE_RATES//,/ }; do
+      rate="$(awk -v r="$rate" 'BEGIN { print r + 0 }')"  # as the config holds it: 0.001
+      vs+=(--vs "experiment_name=study_architectures_encdec optim.lr=$rate" \
+               "reference_study_architectures_encdec optim.lr=$rate")
+    done
+    echo >> "$out"
+    "$PY" -m attnlab.compare "$RUNS/reference$TAG" "$RUNS/translation$TAG" \
+        "$RUNS/translation_tuned$TAG" --by experiment_name optim.lr --metric test/bleu "${vs[@]}" \
+        | grep '^Welch\|^In each line' >> "$out"
+    echo "wrote $out (runs: $reference)"
+  fi
 fi
 
 # the gate: the translation baseline (4 + 4 encoder-decoder) at multi30k_base's 4 epochs

@@ -1,0 +1,315 @@
+"""A translation gate from outside attnlab's model code: torch's own ``nn.Transformer``.
+
+The studies' translation baselines are attnlab encoder-decoders. To show that a baseline
+reaches what the architecture reaches elsewhere *in the same setup*, this script trains
+``torch.nn.Transformer`` (Vaswani et al. 2017, §3: 6 + 6 layers there, the study's sizes
+here) with its own loop on the batches attnlab's data module gives for the same
+``attnlab-train`` overrides — the same Multi30k pairs, BPE vocabulary, length filter, batch
+size and order — and scores it the same way: the best checkpoint by validation loss on the
+same validation batches, greedy decoding, sacreBLEU (13a, no smoothing) on the detokenised
+test sentences. Nothing of attnlab's model, task, optimiser, schedule or decoding code is used:
+only its configuration and data.
+
+What the reference is, as the paper describes it: a shared source/target/output embedding
+scaled by √d_model (§3.4), sinusoidal positions added (§3.5, eq. in that section), dropout on
+their sum (§5.4), torch's encoder and decoder layers (ReLU FFN, eq. 2; ``norm_first`` for
+Pre-LN, else the paper's Post-LN; dropout on the attention weights as ``model.attn_dropout``),
+a final LayerNorm on each stack (``nn.Transformer`` has one for Post-LN too), label-smoothed
+cross-entropy (§5.4), AdamW with linear warm-up then cosine decay to ``optim.min_lr``, and the
+gradient norm clipped at ``trainer.gradient_clip_val``. Settings it does not implement are
+refused in one line (exit 2) rather than ignored.
+
+Writes ``OUT/summary.json`` in the form ``attnlab-compare`` reads (``status``, ``config``,
+``overrides``, ``metrics``, ``bleu_signature``), so a study can test its baseline against the
+reference with ``--vs``:
+
+    OMP_NUM_THREADS=1 python experiments/reference_translation.py OUT \\
+        experiment=study_architectures_encdec seed=0
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+from sacrebleu.metrics import BLEU
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from attnlab.cli.compose import compose_config
+from attnlab.cli.pipeline import build_data, build_task
+from attnlab.special_tokens import BOS, EOS, PAD
+
+IGNORE = -100
+# what the reference implements; any other value of these keys is refused
+IMPLEMENTS = {"name": "encoder_decoder", "pos": "sinusoidal", "ffn": "relu",
+              "norm_type": "layernorm", "block": "sequential", "attention": "full", "param": "sp",
+              "tie_embeddings": True, "scale_embeddings": True, "bias": True, "embed_norm": False,
+              "qk_norm": False}  # fmt: skip
+
+
+def refuse(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def sinusoids(length: int, width: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(…) (§3.5)."""
+    position = torch.arange(length, dtype=torch.float32)[:, None]
+    frequency = torch.exp(torch.arange(0, width, 2, dtype=torch.float32) * (-math.log(1e4) / width))
+    table = torch.zeros(length, width)
+    table[:, 0::2] = torch.sin(position * frequency)
+    table[:, 1::2] = torch.cos(position * frequency)
+    return table
+
+
+class Reference(nn.Module):
+    def __init__(self, vocab: int, width: int, heads: int, encoder_layers: int,
+                 decoder_layers: int, d_ff: int, dropout: float, attention_dropout: float,
+                 norm_first: bool) -> None:  # fmt: skip
+        super().__init__()
+        self.width = width
+        self.embedding = nn.Embedding(vocab, width, padding_idx=PAD)
+        nn.init.normal_(self.embedding.weight, std=width**-0.5)
+        self.register_buffer("positions", sinusoids(1024, width), persistent=False)
+        self.dropout = nn.Dropout(dropout)
+        with warnings.catch_warnings():  # Pre-LN layers skip its nested-tensor fast path
+            warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
+            self.transformer = nn.Transformer(
+                d_model=width, nhead=heads, num_encoder_layers=encoder_layers,
+                num_decoder_layers=decoder_layers, dim_feedforward=d_ff, dropout=dropout,
+                activation="relu", batch_first=True, norm_first=norm_first,
+            )  # fmt: skip
+        for module in self.transformer.modules():  # dropout on the attention weights
+            if isinstance(module, nn.MultiheadAttention):
+                module.dropout = attention_dropout
+
+    def embed(self, tokens: Tensor) -> Tensor:
+        x = self.embedding(tokens) * math.sqrt(self.width)
+        return self.dropout(x + self.positions[: tokens.size(1)])
+
+    def encode(self, src: Tensor) -> Tensor:
+        return self.transformer.encoder(self.embed(src), src_key_padding_mask=src == PAD)
+
+    def decode(self, memory: Tensor, src: Tensor, prefix: Tensor) -> Tensor:
+        causal = nn.Transformer.generate_square_subsequent_mask(
+            prefix.size(1), device=prefix.device, dtype=torch.bool
+        )
+        h = self.transformer.decoder(self.embed(prefix), memory, tgt_mask=causal,
+                                     tgt_is_causal=True,
+                                     memory_key_padding_mask=src == PAD)  # fmt: skip
+        return h @ self.embedding.weight.T  # the output projection shares the embedding (§3.4)
+
+    def forward(self, src: Tensor, prefix: Tensor) -> Tensor:
+        return self.decode(self.encode(src), src, prefix)
+
+
+def shifted(tgt: Tensor) -> tuple[Tensor, Tensor]:
+    """Right-padded targets -> decoder input BOS y and labels y EOS (padding ignored)."""
+    rows = torch.arange(tgt.size(0), device=tgt.device)
+    prefix = torch.cat([torch.full_like(tgt[:, :1], BOS), tgt], dim=1)
+    labels = torch.cat([tgt, torch.full_like(tgt[:, :1], PAD)], dim=1)
+    labels[rows, (tgt != PAD).sum(1)] = EOS
+    return prefix, labels.masked_fill(labels == PAD, IGNORE)
+
+
+@torch.no_grad()
+def greedy(model: Reference, src: Tensor, max_new: int) -> list[list[int]]:
+    memory = model.encode(src)
+    out = torch.full((src.size(0), 1), BOS, device=src.device)
+    done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+    for _ in range(max_new):
+        step = model.decode(memory, src, out)[:, -1].argmax(-1)
+        step = step.masked_fill(done, PAD)
+        out = torch.cat([out, step[:, None]], dim=1)
+        done |= step == EOS
+        if done.all():
+            break
+    hypotheses = []
+    for row in out[:, 1:].tolist():
+        row = row[: row.index(EOS)] if EOS in row else row
+        hypotheses.append([t for t in row if t != PAD])
+    return hypotheses
+
+
+def learning_rate(step: int, peak: float, warmup: int, total: int, floor: float) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * progress))
+
+
+# what the reference reads from the composed config; the study presets set every one
+SETTINGS = ("seed", "optim.lr", "optim.betas", "optim.weight_decay", "optim.warmup_steps",
+            "optim.min_lr", "optim.schedule", "trainer.max_steps", "trainer.val_check_interval",
+            "trainer.limit_val_batches", "trainer.gradient_clip_val", "task.label_smoothing",
+            "decode.strategy", "decode.max_new_tokens")  # fmt: skip
+
+
+def settings_of(cfg: Any) -> dict[str, Any]:
+    """Each of SETTINGS, refused in one line when unset or of a kind the reference lacks."""
+    values = {key: OmegaConf.select(cfg, key) for key in SETTINGS}
+    for key, value in values.items():
+        if value is None:
+            refuse(f"{key} is unset, and the reference does not guess attnlab's default: set it")
+    for key in ("trainer.max_steps", "trainer.val_check_interval", "trainer.limit_val_batches"):
+        if isinstance(values[key], float) or int(values[key]) < 1:
+            refuse(f"{key}={values[key]}: the reference reads it as a count of steps or batches")
+    if values["optim.schedule"] != "cosine" or values["decode.strategy"] != "greedy":
+        refuse("the reference trains with optim.schedule=cosine and decodes with greedy only")
+    return values
+
+
+def device_of(trainer: Any) -> tuple[torch.device, torch.dtype | None]:
+    """The device and autocast dtype ``trainer.accelerator``/``precision`` ask for; what the
+    reference cannot honour is refused."""
+    accelerator, precision = str(trainer.accelerator), str(trainer.precision)
+    if int(trainer.get("devices") or 1) != 1 and str(trainer.get("devices")) != "auto":
+        refuse(f"trainer.devices={trainer.devices}: the reference trains on one device")
+    if precision not in ("32", "32-true", "bf16-mixed"):
+        refuse(f"trainer.precision={precision}: the reference trains in 32 or bf16-mixed")
+    cuda = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    if cuda and not torch.cuda.is_available():
+        refuse(f"trainer.accelerator={accelerator} but torch sees no CUDA device")
+    if not cuda and accelerator not in ("cpu", "auto"):
+        refuse(f"trainer.accelerator={accelerator}: the reference trains on cpu or gpu")
+    return torch.device("cuda" if cuda else "cpu"), (
+        torch.bfloat16 if precision == "bf16-mixed" else None
+    )
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 1 or argv[0].startswith("-"):
+        refuse("usage: reference_translation.py OUT [attnlab-train overrides…]")
+    out, overrides = Path(argv[0]), argv[1:]
+    if (out / "summary.json").exists():
+        refuse(f"{out}/summary.json exists; choose another OUT or delete it")
+    cfg = compose_config(overrides)
+    setting = settings_of(cfg)
+    data = build_data(cfg)
+    resolved = build_task(cfg, data).model_cfg  # the model's keys with their defaults filled in
+    for key, value in IMPLEMENTS.items():
+        got = getattr(resolved, key, value)
+        if got != value:
+            refuse(f"model.{key}={got}: the reference implements {key}={value} only")
+    if resolved.norm not in ("pre", "post"):
+        refuse(f"model.norm={resolved.norm}: the reference has pre and post only")
+    device, autocast = device_of(cfg.trainer)
+    torch.manual_seed(int(setting["seed"]))
+    layers = int(resolved.n_layers)
+    model = Reference(
+        data.vocab_size, int(resolved.d_model), int(resolved.n_heads),
+        int(resolved.n_encoder_layers or layers), int(resolved.n_decoder_layers or layers),
+        int(resolved.d_ff), float(resolved.dropout), float(resolved.attn_dropout),
+        norm_first=resolved.norm == "pre",
+    ).to(device)  # fmt: skip
+    peak = float(setting["optim.lr"])
+    optimiser = torch.optim.AdamW(
+        model.parameters(), lr=peak, betas=tuple(setting["optim.betas"]),
+        weight_decay=float(setting["optim.weight_decay"]),
+    )  # fmt: skip
+    steps, every = int(setting["trainer.max_steps"]), int(setting["trainer.val_check_interval"])
+    val_batches = int(setting["trainer.limit_val_batches"])
+    clip = float(setting["trainer.gradient_clip_val"])
+    smoothing = float(setting["task.label_smoothing"])
+
+    def logits_of(src: Tensor, prefix: Tensor) -> Tensor:
+        with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
+            return model(src.to(device), prefix).float()
+
+    def validation_loss() -> float:
+        model.eval()
+        total, count = 0.0, 0
+        with torch.no_grad():
+            for i, batch in enumerate(data.val_dataloader()):
+                if i == val_batches:
+                    break
+                prefix, labels = shifted(batch["tgt"].to(device))
+                logits = logits_of(batch["src"], prefix)
+                n = int((labels != IGNORE).sum())
+                total += float(F.cross_entropy(logits.flatten(0, 1), labels.flatten(),
+                                               ignore_index=IGNORE, reduction="sum"))  # fmt: skip
+                count += n
+        model.train()
+        return total / count
+
+    start, step, epoch, best, best_state, curve = time.time(), 0, 0, math.inf, None, []
+    loader = data.train_dataloader()
+    model.train()
+    while step < steps:
+        for sampler in (loader.batch_sampler, getattr(loader.batch_sampler, "sampler", None)):
+            if hasattr(sampler, "set_epoch"):
+                sampler.set_epoch(epoch)
+        for batch in loader:
+            for group in optimiser.param_groups:
+                group["lr"] = learning_rate(step, peak, int(setting["optim.warmup_steps"]),
+                                            steps, float(setting["optim.min_lr"]))  # fmt: skip
+            prefix, labels = shifted(batch["tgt"].to(device))
+            logits = logits_of(batch["src"], prefix)
+            loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE,
+                                   label_smoothing=smoothing)  # fmt: skip
+            optimiser.zero_grad(set_to_none=True)
+            loss.backward()
+            if clip:
+                nn.utils.clip_grad_norm_(model.parameters(), clip)
+            optimiser.step()
+            step += 1
+            if step % every == 0 or step == steps:
+                value = validation_loss()
+                curve.append((step - 1, value))  # Lightning's step count at that validation
+                if value < best:
+                    best, best_state = value, copy.deepcopy(model.state_dict())
+            if step == steps:
+                break
+        epoch += 1
+    model.load_state_dict(best_state)
+    model.eval()
+    hypotheses, references = [], []
+    max_new = int(setting["decode.max_new_tokens"])
+    for batch in data.test_loader():
+        with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
+            rows = greedy(model, batch["src"].to(device), max_new)
+        hypotheses += [data.decode(row) for row in rows]
+        references += [data.decode(row) for row in batch["tgt"].tolist()]
+    bleu = BLEU(tokenize="13a", smooth_method="none", lowercase=False)
+    score = bleu.corpus_score(hypotheses, [references]).score
+    out.mkdir(parents=True, exist_ok=True)
+    name = f"reference_{cfg.get('experiment_name') or 'translation'}"
+    summary = {
+        "status": "completed",
+        "writer": "experiments/reference_translation.py (torch.nn.Transformer)",
+        "config": {
+            "experiment_name": name,
+            "seed": int(setting["seed"]),
+            "optim": {"lr": peak},
+            "model": {"norm": str(resolved.norm)},
+        },  # fmt: skip
+        "overrides": overrides,
+        "metrics": {
+            "test/bleu": score,
+            "val/loss": curve[-1][1],
+            "params": sum(p.numel() for p in model.parameters()),
+        },  # fmt: skip
+        "bleu_signature": bleu.get_signature().format(),
+        "wall_s": time.time() - start,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }
+    (out / "metrics.csv").write_text("step,val/loss\n" + "".join(f"{s},{v}\n" for s, v in curve))
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(
+        f"{name} seed={setting['seed']} lr={peak:g}: test/bleu={score:.2f} "
+        f"best val/loss={best:.4f} in {summary['wall_s']:.0f} s -> {out}/summary.json"
+    )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,116 @@
+"""experiments/reference_translation.py, the translation gate from outside attnlab's model
+code: torch's nn.Transformer trained on attnlab's data for the same overrides. Checked by hand
+(teacher forcing, §3.5's sinusoids), against attnlab's encoder-decoder of the same config (its
+parameter count), and end to end on synthetic data (a summary attnlab-compare reads; refusals
+that leave nothing behind)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+from attnlab.compare.runs import read_run
+from attnlab.special_tokens import BOS, EOS, PAD
+from conftest import study_script
+
+TINY = ["model=encoder_decoder", "data=reverse", "model.d_model=16", "model.n_heads=2",
+        "model.n_layers=1", "model.d_ff=32", "data.train_size=64", "data.val_size=16",
+        "data.test_size=16", "optim.schedule=cosine", "optim.betas=[0.9,0.98]",
+        "optim.weight_decay=0", "optim.warmup_steps=2", "optim.min_lr=0", "trainer.max_steps=20",
+        "trainer.val_check_interval=10", "trainer.limit_val_batches=1",
+        "decode.max_new_tokens=12"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def reference() -> Iterator[ModuleType]:
+    with study_script("experiments/reference_translation.py", "reference_translation") as module:
+        yield module
+
+
+def test_teacher_forcing_puts_bos_before_and_eos_after_each_target(reference: ModuleType) -> None:
+    tgt = torch.tensor([[7, 8, 9], [5, PAD, PAD]])
+    prefix, labels = reference.shifted(tgt)
+    assert prefix.tolist() == [[BOS, 7, 8, 9], [BOS, 5, PAD, PAD]]
+    assert labels.tolist() == [[7, 8, 9, EOS], [5, EOS, -100, -100]]
+
+
+def test_the_positions_are_section_3_5_sinusoids(reference: ModuleType) -> None:
+    table = reference.sinusoids(4, 6)
+    assert table[0].tolist() == [0, 1, 0, 1, 0, 1]
+    # PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(…), by hand at pos 3, i = 1
+    assert table[3, 2].item() == pytest.approx(math.sin(3 / 10000 ** (2 / 6)), abs=1e-6)
+    assert table[3, 3].item() == pytest.approx(math.cos(3 / 10000 ** (2 / 6)), abs=1e-6)
+
+
+def test_the_reference_has_the_shape_of_attnlab_s_pre_ln_encoder_decoder(
+    reference: ModuleType,
+) -> None:
+    from attnlab.cli.compose import compose_config
+    from attnlab.cli.pipeline import build_data, build_task
+
+    cfg = compose_config([*TINY, "model.n_layers=2", "model.norm=pre", "model.tie_embeddings=true"])
+    data = build_data(cfg)
+    attnlab_model = build_task(cfg, data).model
+    model = reference.Reference(data.vocab_size, 16, 2, 2, 2, 32, 0.1, 0.0, norm_first=True)
+    assert sum(p.numel() for p in model.parameters()) == sum(
+        p.numel() for p in attnlab_model.parameters()
+    )
+
+
+def test_a_short_run_writes_a_summary_that_attnlab_compare_reads(
+    reference: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    reference.main([str(out), *TINY, "seed=3"])
+    run = read_run(out)
+    assert run.status == "completed"
+    assert run.config["experiment_name"] == "reference_translation"
+    assert run.config["seed"] == 3 and run.config["optim"]["lr"] > 0
+    assert 0 <= run.metrics["test/bleu"] <= 100 and math.isfinite(run.metrics["val/loss"])
+    assert run.bleu_signature and "tok:13a" in run.bleu_signature
+    curve = run.curve("val/loss")
+    assert curve is not None
+    steps, values = curve
+    assert list(steps) == [9, 19]
+    assert run.metrics["val/loss"] == pytest.approx(values[-1])  # the last validation
+    assert "test/bleu=" in capsys.readouterr().out
+    # a second run into the same folder is refused, and the first one's summary is kept
+    before = (out / "summary.json").read_text()
+    with pytest.raises(SystemExit) as exit_:
+        reference.main([str(out), *TINY])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.startswith(f"error: {out}/summary.json exists")
+    assert (out / "summary.json").read_text() == before
+    assert json.loads(before)["writer"].startswith("experiments/reference_translation.py")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [("model.pos=rope", "model.pos=rope: the reference implements pos=sinusoidal only"),
+     ("model.norm=sandwich", "model.norm=sandwich: the reference has pre and post only"),
+     ("decode.strategy=beam", "the reference trains with optim.schedule=cosine and decodes "
+                              "with greedy only"),
+     ("~optim.betas", "optim.betas is unset"),
+     ("trainer.limit_val_batches=0.5", "trainer.limit_val_batches=0.5: the reference reads it as "
+                                       "a count"),
+     ("trainer.precision=16-mixed", "trainer.precision=16-mixed: the reference trains in 32 or "
+                                    "bf16-mixed")],
+)  # fmt: skip
+def test_a_setting_the_reference_lacks_is_refused_in_one_line(
+    reference: ModuleType, change: str, message: str, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    overrides = [o for o in TINY if not o.startswith("optim.betas")] if change == "~optim.betas" \
+        else [*TINY, change]  # fmt: skip
+    with pytest.raises(SystemExit) as exit_:
+        reference.main([str(tmp_path / "run"), *overrides])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}") and err.count("\n") == 1, err
+    assert not (tmp_path / "run").exists()
