@@ -15,9 +15,10 @@ scaled by √d_model (§3.4), sinusoidal positions added (§3.5, eq. in that sec
 their sum (§5.4), torch's encoder and decoder layers (ReLU FFN, eq. 2; ``norm_first`` for
 Pre-LN, else the paper's Post-LN; dropout on the attention weights as ``model.attn_dropout``),
 a final LayerNorm on each stack (``nn.Transformer`` has one for Post-LN too), label-smoothed
-cross-entropy (§5.4), AdamW with linear warm-up then cosine decay to ``optim.min_lr``, and the
-gradient norm clipped at ``trainer.gradient_clip_val``. Settings it does not implement are
-refused in one line (exit 2) rather than ignored.
+cross-entropy (§5.4), AdamW with the run's β, ε and weight decay (attnlab's defaults filled in
+by its optimiser registry), linear warm-up then flat (``constant``) or cosine decay to
+``optim.min_lr``, and the gradient norm clipped at ``trainer.gradient_clip_val`` (0: none).
+Settings it does not implement are refused in one line (exit 2) rather than ignored.
 
 Writes ``OUT/summary.json`` in the form ``attnlab-compare`` reads (``status``, ``config``,
 ``overrides``, ``metrics``, ``bleu_signature``), so a study can test its baseline against the
@@ -46,6 +47,7 @@ from torch.nn import functional as F
 
 from attnlab.cli.compose import compose_config
 from attnlab.cli.pipeline import build_data, build_task
+from attnlab.optim.registry import optim_config
 from attnlab.special_tokens import BOS, EOS, PAD
 
 IGNORE = -100
@@ -140,22 +142,27 @@ def greedy(model: Reference, src: Tensor, max_new: int) -> list[list[int]]:
     return hypotheses
 
 
-def learning_rate(step: int, peak: float, warmup: int, total: int, floor: float) -> float:
+def learning_rate(step: int, peak: float, warmup: int, total: int, floor: float,
+                  schedule: str) -> float:  # fmt: skip
+    """Linear warm-up over ``warmup`` steps, then flat (constant) or a cosine to ``floor``."""
     if step < warmup:
         return peak * (step + 1) / warmup
+    if schedule == "constant":
+        return peak
     progress = min(1.0, (step - warmup) / max(1, total - warmup))
     return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * progress))
 
 
-# what the reference reads from the composed config; the study presets set every one
-SETTINGS = ("seed", "optim.lr", "optim.betas", "optim.weight_decay", "optim.warmup_steps",
-            "optim.min_lr", "optim.schedule", "trainer.max_steps", "trainer.val_check_interval",
+# what the reference reads from the composed config besides the model and the optimiser (whose
+# keys attnlab's registries resolve, defaults included); the study presets set every one
+SETTINGS = ("seed", "trainer.max_steps", "trainer.val_check_interval",
             "trainer.limit_val_batches", "trainer.gradient_clip_val", "task.label_smoothing",
             "decode.strategy", "decode.max_new_tokens")  # fmt: skip
 
 
 def settings_of(cfg: Any) -> dict[str, Any]:
-    """Each of SETTINGS, refused in one line when unset or of a kind the reference lacks."""
+    """Each of SETTINGS, and the optimiser's keys as ``optim.<key>``; refused in one line when
+    unset or of a kind the reference lacks."""
     values = {key: OmegaConf.select(cfg, key) for key in SETTINGS}
     for key, value in values.items():
         if value is None:
@@ -163,8 +170,16 @@ def settings_of(cfg: Any) -> dict[str, Any]:
     for key in ("trainer.max_steps", "trainer.val_check_interval", "trainer.limit_val_batches"):
         if isinstance(values[key], float) or int(values[key]) < 1:
             refuse(f"{key}={values[key]}: the reference reads it as a count of steps or batches")
-    if values["optim.schedule"] != "cosine" or values["decode.strategy"] != "greedy":
-        refuse("the reference trains with optim.schedule=cosine and decodes with greedy only")
+    if values["decode.strategy"] != "greedy":
+        refuse(f"decode.strategy={values['decode.strategy']}: the reference decodes greedily only")
+    optim = optim_config(OmegaConf.to_container(cfg.optim))
+    if optim.name != "adamw" or optim.schedule not in ("cosine", "constant"):
+        refuse(f"optim.name={optim.name} optim.schedule={optim.schedule}: the reference trains "
+               "with adamw and a cosine or constant schedule only")  # fmt: skip
+    if optim.decay_steps is not None:
+        refuse("optim.decay_steps: the reference's cosine decays over the run's steps only")
+    read = ("lr", "betas", "eps", "weight_decay", "warmup_steps", "schedule", "min_lr")
+    values.update({f"optim.{key}": getattr(optim, key) for key in read})
     return values
 
 
@@ -214,7 +229,7 @@ def main(argv: list[str]) -> None:
     peak = float(setting["optim.lr"])
     optimiser = torch.optim.AdamW(
         model.parameters(), lr=peak, betas=tuple(setting["optim.betas"]),
-        weight_decay=float(setting["optim.weight_decay"]),
+        eps=float(setting["optim.eps"]), weight_decay=float(setting["optim.weight_decay"]),
     )  # fmt: skip
     steps, every = int(setting["trainer.max_steps"]), int(setting["trainer.val_check_interval"])
     val_batches = int(setting["trainer.limit_val_batches"])
@@ -250,8 +265,9 @@ def main(argv: list[str]) -> None:
                 sampler.set_epoch(epoch)
         for batch in loader:
             for group in optimiser.param_groups:
-                group["lr"] = learning_rate(step, peak, int(setting["optim.warmup_steps"]),
-                                            steps, float(setting["optim.min_lr"]))  # fmt: skip
+                group["lr"] = learning_rate(step, peak, int(setting["optim.warmup_steps"]), steps,
+                                            float(setting["optim.min_lr"] or 0),
+                                            setting["optim.schedule"])  # fmt: skip
             prefix, labels = shifted(batch["tgt"].to(device))
             logits = logits_of(batch["src"], prefix)
             loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE,
@@ -283,15 +299,17 @@ def main(argv: list[str]) -> None:
     score = bleu.corpus_score(hypotheses, [references]).score
     out.mkdir(parents=True, exist_ok=True)
     name = f"reference_{cfg.get('experiment_name') or 'translation'}"
+    config: dict[str, Any] = {"experiment_name": name, "model": {"norm": str(resolved.norm)}}
+    for key, value in setting.items():  # nested as attnlab's config, for attnlab-compare --by
+        *parents, leaf = key.split(".")
+        node = config
+        for parent in parents:
+            node = node.setdefault(parent, {})
+        node[leaf] = list(value) if isinstance(value, tuple) else value
     summary = {
         "status": "completed",
         "writer": "experiments/reference_translation.py (torch.nn.Transformer)",
-        "config": {
-            "experiment_name": name,
-            "seed": int(setting["seed"]),
-            "optim": {"lr": peak},
-            "model": {"norm": str(resolved.norm)},
-        },  # fmt: skip
+        "config": config,
         "overrides": overrides,
         "metrics": {
             "test/bleu": score,

@@ -10,6 +10,12 @@
 #                            SWEEP is not (the analysis of the committed runs), else DEFAULT
 #   train_sweep NAME SWEEP OVERRIDE...   the multirun into SWEEP, then its raw files saved to
 #                            RUNS/NAME (nothing when SKIP_TRAIN is set)
+#   train_references NAME FOLDER RUN... -- OVERRIDE...   the translation gate from outside
+#                            attnlab's model code (experiments/reference_translation.py), once
+#                            per RUN (its own overrides, one word each, space-separated) with
+#                            the common OVERRIDEs, JOBS at a time, into FOLDER/<k>; then the raw
+#                            files saved to RUNS/NAME (nothing when SKIP_TRAIN or PLAN is set:
+#                            PLAN lists attnlab-train sweeps)
 #   measuring                true when the hardware measurements run: when training, or when
 #                            MEASURE is set
 #   measure SCRIPT FILE      runs HERE/SCRIPT into OUT/FILE, after the machine line
@@ -66,6 +72,23 @@ train_sweep() {
   "${threads[@]}" "${command[@]}" \
     || echo "some runs did not complete (see 'failed' in the table); comparing anyway"
   "$PY" -m attnlab.studies --save-runs "$sweep" "$RUNS/$name"
+}
+
+train_references() {
+  local name="$1" folder="$2" runs=() run k=0 threads=()
+  shift 2
+  while [ "$#" -gt 0 ] && [ "$1" != -- ]; do runs+=("$1"); shift; done
+  [ "$#" -eq 0 ] || shift  # the --
+  if [ -n "${PLAN:-}" ] || [ -n "${SKIP_TRAIN:-}" ]; then return 0; fi
+  if [ "$JOBS" -gt 1 ]; then threads=(env OMP_NUM_THREADS=1); fi  # as train_sweep's runs
+  for run in "${runs[@]}"; do
+    # shellcheck disable=SC2086  # a run's own overrides are one word each
+    "${threads[@]}" "$PY" "$HERE/../reference_translation.py" "$folder/$k" "$@" $run &
+    k=$((k + 1))
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
+  done
+  wait || echo "some reference runs did not complete; comparing anyway"
+  "$PY" -m attnlab.studies --save-runs "$folder" "$RUNS/$name"
 }
 
 streams() {

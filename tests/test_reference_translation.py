@@ -94,9 +94,10 @@ def test_a_short_run_writes_a_summary_that_attnlab_compare_reads(
     ("change", "message"),
     [("model.pos=rope", "model.pos=rope: the reference implements pos=sinusoidal only"),
      ("model.norm=sandwich", "model.norm=sandwich: the reference has pre and post only"),
-     ("decode.strategy=beam", "the reference trains with optim.schedule=cosine and decodes "
-                              "with greedy only"),
-     ("~optim.betas", "optim.betas is unset"),
+     ("decode.strategy=beam", "decode.strategy=beam: the reference decodes greedily only"),
+     ("optim.schedule=wsd", "optim.name=adamw optim.schedule=wsd: the reference trains with "
+                            "adamw and a cosine or constant schedule only"),
+     ("~decode.max_new_tokens", "decode.max_new_tokens is unset"),
      ("trainer.limit_val_batches=0.5", "trainer.limit_val_batches=0.5: the reference reads it as "
                                        "a count"),
      ("trainer.precision=16-mixed", "trainer.precision=16-mixed: the reference trains in 32 or "
@@ -106,8 +107,9 @@ def test_a_setting_the_reference_lacks_is_refused_in_one_line(
     reference: ModuleType, change: str, message: str, tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    overrides = [o for o in TINY if not o.startswith("optim.betas")] if change == "~optim.betas" \
-        else [*TINY, change]  # fmt: skip
+    overrides = [*TINY, change]
+    if change.startswith("~"):  # the key left unset
+        overrides = [o for o in TINY if not o.startswith(change[1:] + "=")]
     with pytest.raises(SystemExit) as exit_:
         reference.main([str(tmp_path / "run"), *overrides])
     assert exit_.value.code == 2

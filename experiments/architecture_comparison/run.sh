@@ -180,23 +180,15 @@ if [ "$PART" = all ] || [ "$PART" = translation_tuned ]; then
   tuned translation "${TRANSLATION[1]}" "test/bleu val/loss" translation "$@"
 fi
 if [ "$PART" = all ] || [ "$PART" = reference ]; then
-  # torch.nn.Transformer on the baseline's data and settings, one run per rate and seed, two
-  # at a time; not an attnlab-train sweep, so PLAN (which lists those) leaves it out
+  # torch.nn.Transformer on the baseline's data and settings, one run per rate and seed
   reference="$(sweep_dir "reference$TAG" \
       "${SWEEP:-logs/study_architectures/multiruns/reference${TAG}_$STAMP}")"
-  if [ -z "${PLAN:-}" ] && [ -z "${SKIP_TRAIN:-}" ]; then
-    threads=()  # runs side by side get one thread each, as in train_sweep
-    if [ "$JOBS" -gt 1 ]; then threads=(env OMP_NUM_THREADS=1); fi
-    for rate in ${REFERENCE_RATES//,/ }; do
-      for seed in ${SEEDS//,/ }; do
-        "${threads[@]}" "$PY" "$HERE/../reference_translation.py" "$reference/lr${rate}_seed$seed" \
-            experiment=study_architectures_encdec "seed=$seed" "optim.lr=$rate" "$@" &
-        while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
-      done
-    done
-    wait
-    "$PY" -m attnlab.studies --save-runs "$reference" "$RUNS/reference$TAG"
-  fi
+  runs=()
+  for rate in ${REFERENCE_RATES//,/ }; do
+    for seed in ${SEEDS//,/ }; do runs+=("seed=$seed optim.lr=$rate"); done
+  done
+  train_references "reference$TAG" "$reference" "${runs[@]}" -- \
+      experiment=study_architectures_encdec "$@"
   if [ -z "${PLAN:-}" ]; then
     out="$OUT/gate_reference$TAG.md"
     "$PY" -m attnlab.compare "$RUNS/reference$TAG" --by experiment_name optim.lr \
