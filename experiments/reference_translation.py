@@ -299,7 +299,9 @@ def main(argv: list[str]) -> None:
     score = bleu.corpus_score(hypotheses, [references]).score
     out.mkdir(parents=True, exist_ok=True)
     name = f"reference_{cfg.get('experiment_name') or 'translation'}"
-    config: dict[str, Any] = {"experiment_name": name, "model": {"norm": str(resolved.norm)}}
+    shape = ("norm", "n_layers", "d_model", "n_heads", "d_ff")  # its model, for --by
+    config: dict[str, Any] = {"experiment_name": name,
+                              "model": {key: getattr(resolved, key) for key in shape}}  # fmt: skip
     for key, value in setting.items():  # nested as attnlab's config, for attnlab-compare --by
         *parents, leaf = key.split(".")
         node = config

@@ -72,6 +72,7 @@ def test_a_short_run_writes_a_summary_that_attnlab_compare_reads(
     assert run.status == "completed"
     assert run.config["experiment_name"] == "reference_translation"
     assert run.config["seed"] == 3 and run.config["optim"]["lr"] > 0
+    assert run.config["model"]["n_layers"] == 1 and run.config["model"]["norm"] == "pre"
     assert 0 <= run.metrics["test/bleu"] <= 100 and math.isfinite(run.metrics["val/loss"])
     assert run.bleu_signature and "tok:13a" in run.bleu_signature
     curve = run.curve("val/loss")
