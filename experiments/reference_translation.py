@@ -6,18 +6,20 @@ reaches what the architecture reaches elsewhere *in the same setup*, this script
 here) with its own loop on the batches attnlab's data module gives for the same
 ``attnlab-train`` overrides — the same Multi30k pairs, BPE vocabulary, length filter, batch
 size and order — and scores it the same way: the best checkpoint by validation loss on the
-same validation batches, greedy decoding, sacreBLEU (13a, no smoothing) on the detokenised
-test sentences. Nothing of attnlab's model, task, optimiser, schedule or decoding code is used:
-only its configuration and data.
+same validation batches, greedy decoding (never a padding, start or mask token), sacreBLEU
+(13a, no smoothing) on the detokenised test sentences. Nothing of attnlab's model, task,
+optimiser, schedule or decoding code is used: only its configuration and data.
 
 What the reference is, as the paper describes it: a shared source/target/output embedding
 scaled by √d_model (§3.4), sinusoidal positions added (§3.5, eq. in that section), dropout on
 their sum (§5.4), torch's encoder and decoder layers (ReLU FFN, eq. 2; ``norm_first`` for
 Pre-LN, else the paper's Post-LN; dropout on the attention weights as ``model.attn_dropout``),
-a final LayerNorm on each stack (``nn.Transformer`` has one for Post-LN too), label-smoothed
-cross-entropy (§5.4), AdamW with the run's β, ε and weight decay (attnlab's defaults filled in
-by its optimiser registry), linear warm-up then flat (``constant``) or cosine decay to
-``optim.min_lr``, and the gradient norm clipped at ``trainer.gradient_clip_val`` (0: none).
+a final LayerNorm on each stack (``nn.Transformer`` has one for Post-LN too; attnlab's Post-LN
+has none), torch's own initialisation (not attnlab's ``model.init``), label-smoothed
+cross-entropy (§5.4), AdamW with the run's β and ε (attnlab's defaults filled in by its
+optimiser registry) and no weight decay, linear warm-up then flat (``constant``) or cosine decay to
+``optim.min_lr``, and the gradient norm clipped at ``trainer.gradient_clip_val`` (0: none); a
+non-finite training loss ends the run as ``diverged``, untested (exit 1), as attnlab's guard does.
 Settings it does not implement are refused in one line (exit 2) rather than ignored.
 
 Writes ``OUT/summary.json`` in the form ``attnlab-compare`` reads (``status``, ``config``,
@@ -48,14 +50,19 @@ from torch.nn import functional as F
 from attnlab.cli.compose import compose_config
 from attnlab.cli.pipeline import build_data, build_task
 from attnlab.optim.registry import optim_config
-from attnlab.special_tokens import BOS, EOS, PAD
+from attnlab.special_tokens import BOS, EOS, MASK, PAD
 
 IGNORE = -100
 # what the reference implements; any other value of these keys is refused
 IMPLEMENTS = {"name": "encoder_decoder", "pos": "sinusoidal", "ffn": "relu",
               "norm_type": "layernorm", "block": "sequential", "attention": "full", "param": "sp",
               "tie_embeddings": True, "scale_embeddings": True, "bias": True, "embed_norm": False,
-              "qk_norm": False}  # fmt: skip
+              "qk_norm": False, "n_kv_heads": None, "final_softcap": None, "init": "paper",
+              "zero_init_residual": False}  # fmt: skip
+# the trainer's and task's keys it does not implement, at the values that make them no-ops
+NO_OPS = {"trainer.accumulate_grad_batches": 1, "trainer.limit_train_batches": None,
+          "trainer.check_val_every_n_epoch": None,
+          "task.z_loss": 0.0}  # fmt: skip
 
 
 def refuse(message: str) -> None:
@@ -129,7 +136,9 @@ def greedy(model: Reference, src: Tensor, max_new: int) -> list[list[int]]:
     out = torch.full((src.size(0), 1), BOS, device=src.device)
     done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
     for _ in range(max_new):
-        step = model.decode(memory, src, out)[:, -1].argmax(-1)
+        logits = model.decode(memory, src, out)[:, -1]
+        logits[:, [PAD, BOS, MASK]] = -math.inf  # never generated: padding, a start, a mask
+        step = logits.argmax(-1)
         step = step.masked_fill(done, PAD)
         out = torch.cat([out, step[:, None]], dim=1)
         done |= step == EOS
@@ -144,12 +153,14 @@ def greedy(model: Reference, src: Tensor, max_new: int) -> list[list[int]]:
 
 def learning_rate(step: int, peak: float, warmup: int, total: int, floor: float,
                   schedule: str) -> float:  # fmt: skip
-    """Linear warm-up over ``warmup`` steps, then flat (constant) or a cosine to ``floor``."""
-    if step < warmup:
-        return peak * (step + 1) / warmup
+    """At optimiser step ``step`` (0-based, so the n-th update is n = step + 1): a linear
+    warm-up n/warmup, then flat (constant) or a cosine from ``peak`` to ``floor`` at ``total``."""
+    n = step + 1
+    if n <= warmup:
+        return peak * n / warmup
     if schedule == "constant":
         return peak
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    progress = min(1.0, (n - warmup) / max(1, total - warmup))
     return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * progress))
 
 
@@ -170,6 +181,13 @@ def settings_of(cfg: Any) -> dict[str, Any]:
     for key in ("trainer.max_steps", "trainer.val_check_interval", "trainer.limit_val_batches"):
         if isinstance(values[key], float) or int(values[key]) < 1:
             refuse(f"{key}={values[key]}: the reference reads it as a count of steps or batches")
+    for key, no_op in NO_OPS.items():
+        value = OmegaConf.select(cfg, key)
+        if value != no_op and not (key == "trainer.limit_train_batches" and value == 1.0):
+            refuse(f"{key}={value}: the reference implements {key}={no_op} only")
+    if values["trainer.max_steps"] < values["trainer.val_check_interval"]:
+        refuse("trainer.max_steps is below trainer.val_check_interval: no validation would choose "
+               "the checkpoint to test")  # fmt: skip
     if values["decode.strategy"] != "greedy":
         refuse(f"decode.strategy={values['decode.strategy']}: the reference decodes greedily only")
     optim = optim_config(OmegaConf.to_container(cfg.optim))
@@ -178,6 +196,10 @@ def settings_of(cfg: Any) -> dict[str, Any]:
                "with adamw and a cosine or constant schedule only")  # fmt: skip
     if optim.decay_steps is not None:
         refuse("optim.decay_steps: the reference's cosine decays over the run's steps only")
+    if optim.weight_decay:  # attnlab exempts biases, norms and embeddings; the reference has none
+        refuse(
+            f"optim.weight_decay={optim.weight_decay}: the reference trains without weight decay"
+        )
     read = ("lr", "betas", "eps", "weight_decay", "warmup_steps", "schedule", "min_lr")
     values.update({f"optim.{key}": getattr(optim, key) for key in read})
     return values
@@ -257,8 +279,13 @@ def main(argv: list[str]) -> None:
         return total / count
 
     start, step, epoch, best, best_state, curve = time.time(), 0, 0, math.inf, None, []
+    status = "completed"
     loader = data.train_dataloader()
     model.train()
+    epochs = OmegaConf.select(cfg, "trainer.max_epochs")
+    if epochs is not None and 0 <= epochs * len(loader) < steps:  # Lightning: the first to end
+        refuse(f"trainer.max_epochs={epochs} ends the run before trainer.max_steps={steps}; the "
+               "reference trains max_steps: set trainer.max_epochs=-1")  # fmt: skip
     while step < steps:
         for sampler in (loader.batch_sampler, getattr(loader.batch_sampler, "sampler", None)):
             if hasattr(sampler, "set_epoch"):
@@ -272,31 +299,42 @@ def main(argv: list[str]) -> None:
             logits = logits_of(batch["src"], prefix)
             loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE,
                                    label_smoothing=smoothing)  # fmt: skip
+            if not torch.isfinite(loss):  # as attnlab's divergence guard: stop, test nothing
+                status = "diverged"
+                break
             optimiser.zero_grad(set_to_none=True)
             loss.backward()
             if clip:
                 nn.utils.clip_grad_norm_(model.parameters(), clip)
             optimiser.step()
             step += 1
-            if step % every == 0 or step == steps:
+            if step % every == 0:  # as Lightning's val_check_interval, counted across epochs
                 value = validation_loss()
                 curve.append((step - 1, value))  # Lightning's step count at that validation
                 if value < best:
                     best, best_state = value, copy.deepcopy(model.state_dict())
             if step == steps:
                 break
+        if status == "diverged":
+            break
         epoch += 1
-    model.load_state_dict(best_state)
-    model.eval()
-    hypotheses, references = [], []
-    max_new = int(setting["decode.max_new_tokens"])
-    for batch in data.test_loader():
-        with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
-            rows = greedy(model, batch["src"].to(device), max_new)
-        hypotheses += [data.decode(row) for row in rows]
-        references += [data.decode(row) for row in batch["tgt"].tolist()]
+    if best_state is None:  # no finite validation loss to choose a checkpoint by
+        status = "diverged"
+    metrics: dict[str, float] = {"params": sum(p.numel() for p in model.parameters())}
+    if curve:
+        metrics["val/loss"] = curve[-1][1]  # the last validation, as attnlab's summary
     bleu = BLEU(tokenize="13a", smooth_method="none", lowercase=False)
-    score = bleu.corpus_score(hypotheses, [references]).score
+    if status == "completed":  # the test, from the checkpoint with the best validation loss
+        model.load_state_dict(best_state)
+        model.eval()
+        hypotheses, references = [], []
+        max_new = int(setting["decode.max_new_tokens"])
+        for batch in data.test_loader():
+            with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
+                rows = greedy(model, batch["src"].to(device), max_new)
+            hypotheses += [data.decode(row) for row in rows]
+            references += [data.decode(row) for row in batch["tgt"].tolist()]
+        metrics["test/bleu"] = bleu.corpus_score(hypotheses, [references]).score
     out.mkdir(parents=True, exist_ok=True)
     name = f"reference_{cfg.get('experiment_name') or 'translation'}"
     shape = ("norm", "n_layers", "d_model", "n_heads", "d_ff")  # its model, for --by
@@ -309,26 +347,24 @@ def main(argv: list[str]) -> None:
             node = node.setdefault(parent, {})
         node[leaf] = list(value) if isinstance(value, tuple) else value
     summary = {
-        "status": "completed",
+        "status": status,
         "writer": "experiments/reference_translation.py (torch.nn.Transformer)",
         "config": config,
         "overrides": overrides,
-        "metrics": {
-            "test/bleu": score,
-            "val/loss": curve[-1][1],
-            "params": sum(p.numel() for p in model.parameters()),
-        },  # fmt: skip
-        "bleu_signature": bleu.get_signature().format(),
+        "metrics": metrics,
         "wall_s": time.time() - start,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
     }
+    if "test/bleu" in metrics:
+        summary["bleu_signature"] = bleu.get_signature().format()
     (out / "metrics.csv").write_text("step,val/loss\n" + "".join(f"{s},{v}\n" for s, v in curve))
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    print(
-        f"{name} seed={setting['seed']} lr={peak:g}: test/bleu={score:.2f} "
-        f"best val/loss={best:.4f} in {summary['wall_s']:.0f} s -> {out}/summary.json"
-    )
+    shown = " ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items()))
+    print(f"{name} seed={setting['seed']} lr={peak:g}: {status} {shown} (best val/loss "
+          f"{best:.4f}) in {summary['wall_s']:.0f} s -> {out}/summary.json")  # fmt: skip
+    if status != "completed":
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

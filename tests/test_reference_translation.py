@@ -24,6 +24,7 @@ TINY = ["model=encoder_decoder", "data=reverse", "model.d_model=16", "model.n_he
         "data.test_size=16", "optim.schedule=cosine", "optim.betas=[0.9,0.98]",
         "optim.weight_decay=0", "optim.warmup_steps=2", "optim.min_lr=0", "trainer.max_steps=20",
         "trainer.val_check_interval=10", "trainer.limit_val_batches=1",
+        "trainer.check_val_every_n_epoch=null", "trainer.max_epochs=-1",
         "decode.max_new_tokens=12"]  # fmt: skip
 
 
@@ -91,6 +92,17 @@ def test_a_short_run_writes_a_summary_that_attnlab_compare_reads(
     assert json.loads(before)["writer"].startswith("experiments/reference_translation.py")
 
 
+def test_a_run_whose_loss_is_not_finite_ends_diverged_and_untested(
+    reference: ModuleType, tmp_path: Path
+) -> None:
+    with pytest.raises(SystemExit) as exit_:  # no clipping, no warm-up, an absurd rate
+        reference.main([str(tmp_path / "run"), *TINY, "optim.lr=1e30", "optim.warmup_steps=0",
+                        "trainer.gradient_clip_val=0"])  # fmt: skip
+    assert exit_.value.code == 1
+    run = read_run(tmp_path / "run")
+    assert run.status == "diverged" and "test/bleu" not in run.metrics
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [("model.pos=rope", "model.pos=rope: the reference implements pos=sinusoidal only"),
@@ -101,6 +113,13 @@ def test_a_short_run_writes_a_summary_that_attnlab_compare_reads(
      ("~decode.max_new_tokens", "decode.max_new_tokens is unset"),
      ("trainer.limit_val_batches=0.5", "trainer.limit_val_batches=0.5: the reference reads it as "
                                        "a count"),
+     ("optim.weight_decay=0.1", "optim.weight_decay=0.1: the reference trains without weight "
+                                "decay"),
+     ("trainer.accumulate_grad_batches=2", "trainer.accumulate_grad_batches=2: the reference "
+                                           "implements trainer.accumulate_grad_batches=1 only"),
+     ("model.zero_init_residual=true", "model.zero_init_residual=True: the reference implements "
+                                       "zero_init_residual=False only"),
+     ("trainer.max_epochs=1", "trainer.max_epochs=1 ends the run before trainer.max_steps=20"),
      ("trainer.precision=16-mixed", "trainer.precision=16-mixed: the reference trains in 32 or "
                                     "bf16-mixed")],
 )  # fmt: skip
