@@ -16,6 +16,11 @@
 #                            the common OVERRIDEs, JOBS at a time, into FOLDER/<k>; then the raw
 #                            files saved to RUNS/NAME (nothing when SKIP_TRAIN or PLAN is set:
 #                            PLAN lists attnlab-train sweeps)
+#   compare_reference FILE REFERENCE EXPERIMENT "KEY…" "RUNS…" SETTING...   the gate's table:
+#                            the reference runs in REFERENCE by experiment_name and the KEYs,
+#                            then at each SETTING ("key=value …" in the KEYs' order) the study's
+#                            EXPERIMENT (from RUNS) against the reference on the same seeds,
+#                            Welch with Holm over the settings, on test/bleu and on val/loss
 #   measuring                true when the hardware measurements run: when training, or when
 #                            MEASURE is set
 #   measure SCRIPT FILE      runs HERE/SCRIPT into OUT/FILE, after the machine line
@@ -89,6 +94,24 @@ train_references() {
   done
   wait || echo "some reference runs did not complete; comparing anyway"
   "$PY" -m attnlab.studies --save-runs "$folder" "$RUNS/$name"
+}
+
+compare_reference() {
+  local file="$1" reference="$2" experiment="$3" by="$4" study="$5" setting vs=() metric
+  shift 5
+  for setting in "$@"; do
+    vs+=(--vs "experiment_name=$experiment $setting" "reference_$experiment $setting")
+  done
+  # one run per seed and setting: a warning about fewer than 3 runs is dropped, errors still show
+  # shellcheck disable=SC2086  # $by and $study are lists
+  "$PY" -m attnlab.compare "$reference" --by experiment_name $by \
+      --metric test/bleu val/loss params > "$file" 2> >(grep -v '^warning: ' >&2)
+  for metric in test/bleu val/loss; do
+    echo
+    # shellcheck disable=SC2086
+    "$PY" -m attnlab.compare "$reference" $study --by experiment_name $by --metric "$metric" \
+        "${vs[@]}" | grep '^Welch\|^In each line'
+  done >> "$file"
 }
 
 streams() {
