@@ -10,7 +10,7 @@
 #                            SWEEP is not (the analysis of the committed runs), else DEFAULT
 #   train_sweep NAME SWEEP OVERRIDE...   the multirun into SWEEP, then its raw files saved to
 #                            RUNS/NAME (nothing when SKIP_TRAIN is set)
-#   train_references NAME FOLDER RUN... -- OVERRIDE...   the translation gate from outside
+#   train_references [--init=attnlab] NAME FOLDER RUN... -- OVERRIDE...   the translation gate from outside
 #                            attnlab's model code (experiments/reference_translation.py), once
 #                            per RUN (its own overrides, one word each, space-separated) with
 #                            the common OVERRIDEs, JOBS at a time, into FOLDER/<k>; then the raw
@@ -21,6 +21,10 @@
 #                            then at each SETTING ("key=value …" in the KEYs' order) the study's
 #                            EXPERIMENT (from RUNS) against the reference on the same seeds,
 #                            Welch with Holm over the settings, on test/bleu and on val/loss
+#   compare_reference_init FILE REFERENCE INIT EXPERIMENT "KEY…" "RUNS…" SETTING...   appends
+#                            the diagnostic: the reference initialised as attnlab initialises
+#                            (runs in INIT, --init=attnlab) against the reference and against
+#                            EXPERIMENT at each SETTING
 #   measuring                true when the hardware measurements run: when training, or when
 #                            MEASURE is set
 #   measure SCRIPT FILE      runs HERE/SCRIPT into OUT/FILE, after the machine line
@@ -80,7 +84,9 @@ train_sweep() {
 }
 
 train_references() {
-  local name="$1" folder="$2" runs=() run k=0 threads=()
+  local init=() runs=() run k=0 threads=()
+  if [ "$1" = --init=attnlab ]; then init=("$1"); shift; fi
+  local name="$1" folder="$2"
   shift 2
   while [ "$#" -gt 0 ] && [ "$1" != -- ]; do runs+=("$1"); shift; done
   [ "$#" -eq 0 ] || shift  # the --
@@ -88,7 +94,8 @@ train_references() {
   if [ "$JOBS" -gt 1 ]; then threads=(env OMP_NUM_THREADS=1); fi  # as train_sweep's runs
   for run in "${runs[@]}"; do
     # shellcheck disable=SC2086  # a run's own overrides are one word each
-    "${threads[@]}" "$PY" "$HERE/../reference_translation.py" "$folder/$k" "$@" $run &
+    "${threads[@]}" "$PY" "$HERE/../reference_translation.py" "${init[@]}" "$folder/$k" "$@" \
+        $run &
     k=$((k + 1))
     while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
   done
@@ -96,12 +103,16 @@ train_references() {
   "$PY" -m attnlab.studies --save-runs "$folder" "$RUNS/$name"
 }
 
+vs_pairs() {  # A B SETTING...: --vs "A SETTING" "B SETTING" for each setting, one per line
+  local a="$1" b="$2" setting
+  shift 2
+  for setting in "$@"; do printf '%s\n' --vs "$a $setting" "$b $setting"; done
+}
+
 compare_reference() {
-  local file="$1" reference="$2" experiment="$3" by="$4" study="$5" setting vs=() metric
+  local file="$1" reference="$2" experiment="$3" by="$4" study="$5" vs=() metric
   shift 5
-  for setting in "$@"; do
-    vs+=(--vs "experiment_name=$experiment $setting" "reference_$experiment $setting")
-  done
+  mapfile -t vs < <(vs_pairs "experiment_name=$experiment" "reference_$experiment" "$@")
   # one run per seed and setting: a warning about fewer than 3 runs is dropped, errors still show
   # shellcheck disable=SC2086  # $by and $study are lists
   "$PY" -m attnlab.compare "$reference" --by experiment_name $by \
@@ -112,6 +123,32 @@ compare_reference() {
     "$PY" -m attnlab.compare "$reference" $study --by experiment_name $by --metric "$metric" \
         "${vs[@]}" | grep '^Welch\|^In each line'
   done >> "$file"
+}
+
+compare_reference_init() {
+  local file="$1" reference="$2" init="$3" experiment="$4" by="$5" study="$6" metric
+  shift 6
+  local ours=() torch=()
+  mapfile -t torch < <(vs_pairs "reference_${experiment}_attnlab_init" \
+      "experiment_name=reference_$experiment" "$@")
+  mapfile -t ours < <(vs_pairs "experiment_name=$experiment" \
+      "reference_${experiment}_attnlab_init" "$@")
+  {
+    echo
+    # shellcheck disable=SC2086  # $by is a list
+    "$PY" -m attnlab.compare "$init" --by experiment_name $by --metric test/bleu val/loss params \
+        2> >(grep -v '^warning: ' >&2) | grep '^|'
+    for metric in test/bleu val/loss; do
+      echo  # does attnlab's initialisation move the reference (A), and does it close the gap?
+      # shellcheck disable=SC2086
+      "$PY" -m attnlab.compare "$reference" "$init" $study --by experiment_name $by \
+          --metric "$metric" "${torch[@]}" | grep '^Welch\|^In each line'
+      echo
+      # shellcheck disable=SC2086
+      "$PY" -m attnlab.compare "$reference" "$init" $study --by experiment_name $by \
+          --metric "$metric" "${ours[@]}" | grep '^Welch\|^In each line'
+    done
+  } >> "$file"
 }
 
 streams() {

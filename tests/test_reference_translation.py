@@ -64,6 +64,21 @@ def test_the_reference_has_the_shape_of_attnlab_s_pre_ln_encoder_decoder(
     )
 
 
+def test_the_attnlab_init_diagnostic_draws_q_k_v_apart_and_zeroes_the_biases(
+    reference: ModuleType,
+) -> None:
+    torch.manual_seed(0)
+    model = reference.Reference(100, 64, 4, 1, 1, 128, 0.1, 0.0, norm_first=True)
+    stacked = model.transformer.encoder.layers[0].self_attn.in_proj_weight
+    assert stacked.abs().max() <= math.sqrt(6 / (64 + 192))  # torch: one 192 × 64 draw
+    assert any(bool(p.abs().sum()) for n, p in model.named_parameters() if "linear1.bias" in n)
+    reference.attnlab_init(model)
+    bound = math.sqrt(6 / (64 + 64))  # Xavier of each 64 × 64 block
+    assert bound * 0.95 < stacked.abs().max() <= bound
+    assert all(torch.count_nonzero(p) == 0 for n, p in model.named_parameters()
+               if n.endswith("bias") and "norm" not in n)  # fmt: skip
+
+
 def test_a_short_run_writes_a_summary_that_attnlab_compare_reads(
     reference: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -90,6 +105,10 @@ def test_a_short_run_writes_a_summary_that_attnlab_compare_reads(
     assert capsys.readouterr().err.startswith(f"error: {out}/summary.json exists")
     assert (out / "summary.json").read_text() == before
     assert json.loads(before)["writer"].startswith("experiments/reference_translation.py")
+    reference.main(["--init=attnlab", str(tmp_path / "diagnostic"), *TINY])
+    assert read_run(tmp_path / "diagnostic").config["experiment_name"] == (
+        "reference_translation_attnlab_init"
+    )
 
 
 def test_a_run_whose_loss_is_not_finite_ends_diverged_and_untested(
