@@ -3,9 +3,12 @@
 # Multi30k de→en (Liu et al. 2020; Xiong et al. 2020, §3.3). First the gradient-norm profile at
 # initialisation (one batch, no training, ~1–2 min), then the training sweep at the shared rate
 # 1e-3 (27 runs, runs/sweep), each norm's own rate grid on tuning seed 100 (42 runs, runs/tune*),
-# and Pre-LN and DeepNorm at their best rates on the sweep's seeds (18 runs, runs/best_*); then
-# results.md, lr_grid.md, tuned.md and the plots next to this script. The sweeps run two jobs at a
-# time with one thread each.
+# and Pre-LN and DeepNorm at their best rates on the sweep's seeds (18 runs, runs/best_*), and
+# the gate from outside attnlab's model code — torch's nn.Transformer (../reference_translation.py)
+# at the baseline's setting (Pre-LN, 6 layers) and at Post-LN's at 6, 12 and 24 layers, seeds
+# SEEDS (12 runs, runs/reference);
+# then results.md, lr_grid.md, tuned.md, gate_reference.md and the plots next to this script.
+# The sweeps run two jobs at a time with one thread each.
 #   attnlab-reproduce depth_stability --train    # this script
 #   attnlab-reproduce depth_stability --check    # the analysis of the committed runs
 #   PROFILE_ONLY=1 experiments/depth_stability/run.sh   # the gradient profile only
@@ -101,6 +104,17 @@ if [ -n "${TUNE-1}" ] && [ -z "${SKIP_TRAIN:-}" ] \
     && { [ -z "${STAGE:-}" ] || [ "$STAGE" = best ]; }; then
   streams best_pre best_deepnorm "$@"
 fi
+# the gate from outside attnlab's model code, and whether its Post-LN stalls at depth as
+# attnlab's does (STAGE=reference: these alone)
+REFERENCE_SETTINGS=("model.norm=pre model.n_layers=6" "model.norm=post model.n_layers=6"
+                    "model.norm=post model.n_layers=12" "model.norm=post model.n_layers=24")
+if [ -z "${STAGE:-}" ] || [ "$STAGE" = reference ]; then
+  runs=()
+  for setting in "${REFERENCE_SETTINGS[@]}"; do
+    for seed in ${SEEDS//,/ }; do runs+=("$setting seed=$seed"); done
+  done
+  train_references reference "${BASE}_reference" "${runs[@]}" -- experiment=study_depth "$@"
+fi
 [ -n "${STAGE:-}" ] && exit 0
 analysis_follows
 
@@ -151,4 +165,7 @@ if [ -n "${TUNE-1}" ]; then
       --metric val/loss test/bleu "${PAIRS[@]}"
   } > "$OUT/tuned.md"
 fi
-echo "wrote $OUT/results.md, lr_grid.md, tuned.md, val_loss.png, train_loss.png, grad_ratio.png (runs: $SWEEP)"
+compare_reference "$OUT/gate_reference.md" "$RUNS/reference" study_depth \
+    "model.norm model.n_layers" "$SWEEP" "${REFERENCE_SETTINGS[@]}"
+echo "wrote $OUT/results.md, lr_grid.md, tuned.md, gate_reference.md, val_loss.png," \
+    "train_loss.png, grad_ratio.png (runs: $SWEEP)"

@@ -2,8 +2,11 @@
 # Pre-LN vs Post-LN × warmup × peak learning rate on Multi30k de→en (Xiong et al. 2020, §3.2).
 # Runs the sweep (36 runs: 12 settings × 3 seeds, two at a time with one thread each) and the
 # grid widened at both edges (WIDE: 24 runs), saves their raw runs to runs/sweep and runs/wide,
-# then writes results.md (with grad_ratio.py's gradient-ratio table) and the plots next to
-# this script.
+# then the gate from outside attnlab's model code — torch's nn.Transformer
+# (../reference_translation.py) at the baseline's setting and at Post-LN's, seeds SEEDS (6 runs
+# in runs/reference), and the same initialised as attnlab initialises (--init=attnlab, 6 runs in
+# runs/reference_init: does the initialisation explain the gap?) — then writes results.md (with
+# grad_ratio.py's gradient-ratio table), gate_reference.md and the plots next to this script.
 #   attnlab-reproduce preln_vs_postln_warmup --train    # this script
 #   attnlab-reproduce preln_vs_postln_warmup --check    # the analysis of the committed runs
 #   SEEDS=0,1 experiments/preln_vs_postln_warmup/run.sh          # fewer seeds
@@ -14,7 +17,9 @@
 #                                           # on one GPU, one run at a time (README: Rerun on GPUs)
 # Extra arguments go to every training run (trainer.max_steps=…); WARMUP is the warmup arm's
 # steps (50: 10 % of the 500-step run), LRS the peak rates, WIDE the widened grid's (empty:
-# none). STAGE=wide trains the widened grid alone. JOBS, PLAN: see ../study.sh.
+# none). STAGE=wide trains the widened grid alone, STAGE=reference the reference runs alone,
+# STAGE=reference_init the diagnostic alone.
+# JOBS, PLAN: see ../study.sh.
 source "$(dirname "$0")/../study.sh"
 no_corpus Multi30k
 SEEDS="${SEEDS:-0,1,2}"
@@ -30,15 +35,32 @@ SWEEPS=("$SWEEP")
 
 # diverged Post-LN runs are an expected outcome here; JOBS at once (default 2, one thread each)
 # (STAGE=wide trains the widened grid only: the study ran in these two pieces)
-if [ "${STAGE:-}" != wide ]; then
+if [ -z "${STAGE:-}" ]; then
   train_sweep sweep "$SWEEP" experiment=study_preln_postln \
       model.norm=pre,post optim.warmup_steps=0,"$WARMUP" optim.lr="$LRS" seed="$SEEDS" \
       "${AT_ONCE[@]}" "$@"
 fi
-if [ -n "$WIDE" ]; then
+if [ -n "$WIDE" ] && { [ -z "${STAGE:-}" ] || [ "$STAGE" = wide ]; }; then
   train_sweep wide "$WIDE_SWEEP" experiment=study_preln_postln \
       model.norm=pre,post optim.warmup_steps=0,"$WARMUP" optim.lr="$WIDE" seed="$SEEDS" \
       "${AT_ONCE[@]}" "$@"
+fi
+# the gate from outside attnlab's model code: nn.Transformer at the baseline's setting (Pre-LN,
+# warmup WARMUP, lr 1e-3) and at Post-LN's, on SEEDS
+REFERENCE_SETTINGS=("model.norm=pre optim.warmup_steps=$WARMUP optim.lr=0.001"
+                    "model.norm=post optim.warmup_steps=$WARMUP optim.lr=0.001")
+runs=()
+for setting in "${REFERENCE_SETTINGS[@]}"; do
+  for seed in ${SEEDS//,/ }; do runs+=("$setting seed=$seed"); done
+done
+if [ -z "${STAGE:-}" ] || [ "$STAGE" = reference ]; then
+  train_references reference "logs/study_preln_postln/multiruns/${STAMP}_reference" "${runs[@]}" \
+      -- experiment=study_preln_postln "$@"
+fi
+if [ -z "${STAGE:-}" ] || [ "$STAGE" = reference_init ]; then
+  train_references --init=attnlab reference_init \
+      "logs/study_preln_postln/multiruns/${STAMP}_reference_init" "${runs[@]}" \
+      -- experiment=study_preln_postln "$@"
 fi
 
 # the gate: the baseline (Pre-LN, warmup 50, lr 1e-3) at multi30k_base's budget of 4 epochs
@@ -89,4 +111,10 @@ BY=(--by model.norm optim.warmup_steps optim.lr)
     --plot "$OUT/train_loss.png" > /dev/null
 "$PY" -m attnlab.compare "${SWEEPS[@]}" "${BY[@]}" --curve-metric diag/grad_ratio_last_first \
     --plot "$OUT/grad_ratio.png" > /dev/null
-echo "wrote $OUT/results.md, val_loss.png, train_loss.png, grad_ratio.png (runs: $SWEEP)"
+compare_reference "$OUT/gate_reference.md" "$RUNS/reference" study_preln_postln \
+    "model.norm optim.warmup_steps optim.lr" "${SWEEPS[*]}" "${REFERENCE_SETTINGS[@]}"
+compare_reference_init "$OUT/gate_reference.md" "$RUNS/reference" "$RUNS/reference_init" \
+    study_preln_postln "model.norm optim.warmup_steps optim.lr" "${SWEEPS[*]}" \
+    "${REFERENCE_SETTINGS[@]}"
+echo "wrote $OUT/results.md, gate_reference.md, val_loss.png, train_loss.png, grad_ratio.png" \
+    "(runs: $SWEEP)"
