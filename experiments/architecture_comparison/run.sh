@@ -21,6 +21,9 @@
 #                          nn.Transformer in the 4 + 4 baseline's setup (../reference_translation.py)
 #                          at REFERENCE_RATES, seeds 0–2 (6 runs in runs/reference), tested
 #                          against the baseline at the same rate and seeds (gate_reference.md)
+#   reference_init         the diagnostic: the reference initialised as attnlab initialises
+#                          (--init=attnlab) at the presets' 1e-3, seeds 0–2 (3 runs in
+#                          runs/reference_init): is the gap at 1e-3 the initialisation?
 # saves their raw runs to runs/<part>, then writes results_<part>.md and the plots next to this
 # script: the table (bootstrap CIs), then every pair of architectures tested on the two metrics
 # the README reads (Welch, Holm over the pairs of each metric), and gate.md.
@@ -198,6 +201,19 @@ if [ "$PART" = all ] || [ "$PART" = reference ]; then
     compare_reference "$out" "$RUNS/reference$TAG" study_architectures_encdec optim.lr \
         "$RUNS/translation$TAG $RUNS/translation_tuned$TAG" "${settings[@]}"
     echo "wrote $out (runs: $reference)"
+  fi
+fi
+if [ "$PART" = all ] || [ "$PART" = reference_init ]; then
+  runs=()
+  for seed in ${SEEDS//,/ }; do runs+=("seed=$seed optim.lr=1e-3"); done
+  train_references --init=attnlab "reference_init$TAG" "$(sweep_dir "reference_init$TAG" \
+      "${SWEEP:-logs/study_architectures/multiruns/reference_init${TAG}_$STAMP}")" \
+      "${runs[@]}" -- experiment=study_architectures_encdec "$@"
+  if [ -z "${PLAN:-}" ]; then
+    compare_reference_init "$OUT/gate_reference$TAG.md" "$RUNS/reference$TAG" \
+        "$RUNS/reference_init$TAG" study_architectures_encdec optim.lr \
+        "$RUNS/translation$TAG" optim.lr=0.001
+    echo "wrote the diagnostic into $OUT/gate_reference$TAG.md"
   fi
 fi
 
