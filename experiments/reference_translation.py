@@ -31,7 +31,9 @@ reference with ``--vs``:
 
 ``--init=attnlab`` (first) is a diagnostic, not a gate: the reference initialised as attnlab's
 ``model.init=paper`` initialises (see :func:`attnlab_init`), named ``reference_<experiment>_
-attnlab_init``, to tell whether a gap between the two comes from the initialisation.
+attnlab_init``, to tell whether a gap between the two comes from the initialisation;
+``--init=qkv`` makes only the first of its two changes (``reference_<experiment>_qkv_init``),
+to tell which of them does.
 """
 
 from __future__ import annotations
@@ -227,17 +229,18 @@ def device_of(trainer: Any) -> tuple[torch.device, torch.dtype | None]:
     )
 
 
-def attnlab_init(model: Reference) -> None:
+def attnlab_init(model: Reference, biases: bool = True) -> None:
     """The diagnostic ``--init=attnlab``: the two ways attnlab's ``model.init=paper`` differs
     from torch's own initialisation, applied to the reference — W_Q, W_K and W_V each a Xavier
     draw of its own (torch draws them as one stacked 3d × d matrix, so about 0.71× smaller)
     and every linear bias zero (torch's feed-forward biases are uniform). Whether a gap to
-    attnlab's model closes with it tells whether the initialisation is the cause."""
+    attnlab's model closes with it tells whether the initialisation is the cause. Without
+    ``biases`` (``--init=qkv``) torch's biases are kept."""
     for module in model.transformer.modules():
         if isinstance(module, nn.MultiheadAttention):
             for part in module.in_proj_weight.data.chunk(3):
                 nn.init.xavier_uniform_(part)
-        if isinstance(module, nn.Linear | nn.MultiheadAttention):
+        if biases and isinstance(module, nn.Linear | nn.MultiheadAttention):
             for name, param in module.named_parameters(recurse=False):
                 if "bias" in name:
                     nn.init.zeros_(param)
@@ -245,10 +248,11 @@ def attnlab_init(model: Reference) -> None:
 
 def main(argv: list[str]) -> None:
     init = "torch"
-    if argv[:1] == ["--init=attnlab"]:
-        init, argv = "attnlab", argv[1:]
+    if argv[:1] in (["--init=attnlab"], ["--init=qkv"]):
+        init, argv = argv[0].removeprefix("--init="), argv[1:]
     if len(argv) < 1 or argv[0].startswith("-"):
-        refuse("usage: reference_translation.py [--init=attnlab] OUT [attnlab-train overrides…]")
+        refuse("usage: reference_translation.py [--init=attnlab|--init=qkv] OUT "
+               "[attnlab-train overrides…]")  # fmt: skip
     out, overrides = Path(argv[0]), argv[1:]
     if (out / "summary.json").exists():
         refuse(f"{out}/summary.json exists; choose another OUT or delete it")
@@ -271,8 +275,8 @@ def main(argv: list[str]) -> None:
         int(resolved.d_ff), float(resolved.dropout), float(resolved.attn_dropout),
         norm_first=resolved.norm == "pre",
     ).to(device)  # fmt: skip
-    if init == "attnlab":
-        attnlab_init(model)
+    if init != "torch":
+        attnlab_init(model, biases=init == "attnlab")
     peak = float(setting["optim.lr"])
     optimiser = torch.optim.AdamW(
         model.parameters(), lr=peak, betas=tuple(setting["optim.betas"]),
@@ -362,7 +366,7 @@ def main(argv: list[str]) -> None:
         metrics["test/bleu"] = bleu.corpus_score(hypotheses, [references]).score
     out.mkdir(parents=True, exist_ok=True)
     name = f"reference_{cfg.get('experiment_name') or 'translation'}"
-    name += "_attnlab_init" if init == "attnlab" else ""
+    name += f"_{init}_init" if init != "torch" else ""
     shape = ("norm", "n_layers", "d_model", "n_heads", "d_ff")  # its model, for --by
     config: dict[str, Any] = {"experiment_name": name,
                               "model": {key: getattr(resolved, key) for key in shape}}  # fmt: skip

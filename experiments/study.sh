@@ -10,7 +10,7 @@
 #                            SWEEP is not (the analysis of the committed runs), else DEFAULT
 #   train_sweep NAME SWEEP OVERRIDE...   the multirun into SWEEP, then its raw files saved to
 #                            RUNS/NAME (nothing when SKIP_TRAIN is set)
-#   train_references [--init=attnlab] NAME FOLDER RUN... -- OVERRIDE...   the translation gate from outside
+#   train_references [--init=attnlab|qkv] NAME FOLDER RUN... -- OVERRIDE...   the translation gate from outside
 #                            attnlab's model code (experiments/reference_translation.py), once
 #                            per RUN (its own overrides, one word each, space-separated) with
 #                            the common OVERRIDEs, JOBS at a time, into FOLDER/<k>; then the raw
@@ -85,7 +85,7 @@ train_sweep() {
 
 train_references() {
   local init=() runs=() run k=0 threads=()
-  if [ "$1" = --init=attnlab ]; then init=("$1"); shift; fi
+  case "$1" in --init=*) init=("$1"); shift ;; esac
   local name="$1" folder="$2"
   shift 2
   while [ "$#" -gt 0 ] && [ "$1" != -- ]; do runs+=("$1"); shift; done

@@ -72,8 +72,11 @@ def test_the_attnlab_init_diagnostic_draws_q_k_v_apart_and_zeroes_the_biases(
     stacked = model.transformer.encoder.layers[0].self_attn.in_proj_weight
     assert stacked.abs().max() <= math.sqrt(6 / (64 + 192))  # torch: one 192 × 64 draw
     assert any(bool(p.abs().sum()) for n, p in model.named_parameters() if "linear1.bias" in n)
-    reference.attnlab_init(model)
     bound = math.sqrt(6 / (64 + 64))  # Xavier of each 64 × 64 block
+    reference.attnlab_init(model, biases=False)  # --init=qkv: the biases stay torch's
+    assert bound * 0.95 < stacked.abs().max() <= bound
+    assert any(bool(p.abs().sum()) for n, p in model.named_parameters() if "linear1.bias" in n)
+    reference.attnlab_init(model)
     assert bound * 0.95 < stacked.abs().max() <= bound
     assert all(torch.count_nonzero(p) == 0 for n, p in model.named_parameters()
                if n.endswith("bias") and "norm" not in n)  # fmt: skip
@@ -109,6 +112,8 @@ def test_a_short_run_writes_a_summary_that_attnlab_compare_reads(
     assert read_run(tmp_path / "diagnostic").config["experiment_name"] == (
         "reference_translation_attnlab_init"
     )
+    reference.main(["--init=qkv", str(tmp_path / "qkv"), *TINY])
+    assert read_run(tmp_path / "qkv").config["experiment_name"] == "reference_translation_qkv_init"
 
 
 def test_a_run_whose_loss_is_not_finite_ends_diverged_and_untested(

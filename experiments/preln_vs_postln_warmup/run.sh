@@ -5,7 +5,8 @@
 # then the gate from outside attnlab's model code — torch's nn.Transformer
 # (../reference_translation.py) at the baseline's setting and at Post-LN's, seeds SEEDS (6 runs
 # in runs/reference), and the same initialised as attnlab initialises (--init=attnlab, 6 runs in
-# runs/reference_init: does the initialisation explain the gap?) — then writes results.md (with
+# runs/reference_init: does the initialisation explain the gap?) and with only its Q/K/V change
+# (--init=qkv, 6 runs in runs/reference_qkv: which change does?) — then writes results.md (with
 # grad_ratio.py's gradient-ratio table), gate_reference.md and the plots next to this script.
 #   attnlab-reproduce preln_vs_postln_warmup --train    # this script
 #   attnlab-reproduce preln_vs_postln_warmup --check    # the analysis of the committed runs
@@ -18,7 +19,7 @@
 # Extra arguments go to every training run (trainer.max_steps=…); WARMUP is the warmup arm's
 # steps (50: 10 % of the 500-step run), LRS the peak rates, WIDE the widened grid's (empty:
 # none). STAGE=wide trains the widened grid alone, STAGE=reference the reference runs alone,
-# STAGE=reference_init the diagnostic alone.
+# STAGE=reference_init and STAGE=reference_qkv the diagnostics alone.
 # JOBS, PLAN: see ../study.sh.
 source "$(dirname "$0")/../study.sh"
 no_corpus Multi30k
@@ -60,6 +61,11 @@ fi
 if [ -z "${STAGE:-}" ] || [ "$STAGE" = reference_init ]; then
   train_references --init=attnlab reference_init \
       "logs/study_preln_postln/multiruns/${STAMP}_reference_init" "${runs[@]}" \
+      -- experiment=study_preln_postln "$@"
+fi
+if [ -z "${STAGE:-}" ] || [ "$STAGE" = reference_qkv ]; then
+  train_references --init=qkv reference_qkv \
+      "logs/study_preln_postln/multiruns/${STAMP}_reference_qkv" "${runs[@]}" \
       -- experiment=study_preln_postln "$@"
 fi
 
@@ -116,5 +122,20 @@ compare_reference "$OUT/gate_reference.md" "$RUNS/reference" study_preln_postln 
 compare_reference_init "$OUT/gate_reference.md" "$RUNS/reference" "$RUNS/reference_init" \
     study_preln_postln "model.norm optim.warmup_steps optim.lr" "${SWEEPS[*]}" \
     "${REFERENCE_SETTINGS[@]}"
+{  # which change: only Q/K/V drawn apart (torch's biases kept) against torch's initialisation,
+   # then against attnlab's (both changes); Holm over the settings
+  REF_BY=(--by experiment_name model.norm optim.warmup_steps optim.lr)
+  echo
+  "$PY" -m attnlab.compare "$RUNS/reference_qkv" "${REF_BY[@]}" \
+      --metric test/bleu val/loss params 2> >(grep -v '^warning: ' >&2) | grep '^|'
+  for against in "experiment_name=reference_study_preln_postln" \
+      "reference_study_preln_postln_attnlab_init"; do
+    mapfile -t qkv < <(vs_pairs "reference_study_preln_postln_qkv_init" "$against" \
+        "${REFERENCE_SETTINGS[@]}")
+    echo
+    "$PY" -m attnlab.compare "$RUNS/reference" "$RUNS/reference_init" "$RUNS/reference_qkv" \
+        "${REF_BY[@]}" --metric val/loss "${qkv[@]}" | grep '^Welch\|^In each line'
+  done
+} >> "$OUT/gate_reference.md"
 echo "wrote $OUT/results.md, gate_reference.md, val_loss.png, train_loss.png, grad_ratio.png" \
     "(runs: $SWEEP)"
