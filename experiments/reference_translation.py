@@ -8,7 +8,8 @@ here) with its own loop on the batches attnlab's data module gives for the same
 size and order — and scores it the same way: the best checkpoint by validation loss on the
 same validation batches, greedy decoding (never a padding, start or mask token), sacreBLEU
 (13a, no smoothing) on the detokenised test sentences. Nothing of attnlab's model, task,
-optimiser, schedule or decoding code is used: only its configuration and data.
+optimiser, schedule or decoding code is used: only its configuration, its data and the BLEU
+options it reports with.
 
 What the reference is, as the paper describes it: a shared source/target/output embedding
 scaled by √d_model (§3.4), sinusoidal positions added (§3.5, eq. in that section), dropout on
@@ -57,6 +58,7 @@ from attnlab.cli.compose import compose_config
 from attnlab.cli.pipeline import build_data, build_task
 from attnlab.optim.registry import optim_config
 from attnlab.special_tokens import BOS, EOS, MASK, PAD
+from attnlab.tasks.seq2seq import BLEU_OPTIONS  # the BLEU attnlab reports, not its code
 
 IGNORE = -100
 # what the reference implements; any other value of these keys is refused
@@ -286,6 +288,8 @@ def main(argv: list[str]) -> None:
     val_batches = int(setting["trainer.limit_val_batches"])
     clip = float(setting["trainer.gradient_clip_val"])
     smoothing = float(setting["task.label_smoothing"])
+    schedule = (int(setting["optim.warmup_steps"]), steps, float(setting["optim.min_lr"] or 0),
+                setting["optim.schedule"])  # fmt: skip
 
     def logits_of(src: Tensor, prefix: Tensor) -> Tensor:
         with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
@@ -321,9 +325,7 @@ def main(argv: list[str]) -> None:
                 sampler.set_epoch(epoch)
         for batch in loader:
             for group in optimiser.param_groups:
-                group["lr"] = learning_rate(step, peak, int(setting["optim.warmup_steps"]), steps,
-                                            float(setting["optim.min_lr"] or 0),
-                                            setting["optim.schedule"])  # fmt: skip
+                group["lr"] = learning_rate(step, peak, *schedule)
             prefix, labels = shifted(batch["tgt"].to(device))
             logits = logits_of(batch["src"], prefix)
             loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE,
@@ -352,7 +354,7 @@ def main(argv: list[str]) -> None:
     metrics: dict[str, float] = {"params": sum(p.numel() for p in model.parameters())}
     if curve:
         metrics["val/loss"] = curve[-1][1]  # the last validation, as attnlab's summary
-    bleu = BLEU(tokenize="13a", smooth_method="none", lowercase=False)
+    bleu = BLEU(**BLEU_OPTIONS)
     if status == "completed":  # the test, from the checkpoint with the best validation loss
         model.load_state_dict(best_state)
         model.eval()
