@@ -39,26 +39,34 @@ to tell which of them does.
 
 from __future__ import annotations
 
-import copy
-import json
 import math
 import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any
 
 import torch
-from omegaconf import OmegaConf
 from sacrebleu.metrics import BLEU
 from torch import Tensor, nn
 from torch.nn import functional as F
 
 from attnlab.cli.compose import compose_config
 from attnlab.cli.pipeline import build_data, build_task
-from attnlab.optim.registry import optim_config
 from attnlab.special_tokens import BOS, EOS, MASK, PAD
 from attnlab.tasks.seq2seq import BLEU_OPTIONS  # the BLEU attnlab reports, not its code
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reference_common import (  # noqa: E402
+    COMMON,
+    arguments,
+    autocast,
+    check_model,
+    device_of,
+    fit,
+    refuse,
+    settings_of,
+    write_summary,
+)
 
 IGNORE = -100
 # what the reference implements; any other value of these keys is refused
@@ -67,15 +75,8 @@ IMPLEMENTS = {"name": "encoder_decoder", "pos": "sinusoidal", "ffn": "relu",
               "tie_embeddings": True, "scale_embeddings": True, "bias": True, "embed_norm": False,
               "qk_norm": False, "n_kv_heads": None, "final_softcap": None, "init": "paper",
               "zero_init_residual": False}  # fmt: skip
-# the trainer's and task's keys it does not implement, at the values that make them no-ops
-NO_OPS = {"trainer.accumulate_grad_batches": 1, "trainer.limit_train_batches": None,
-          "trainer.check_val_every_n_epoch": None,
-          "task.z_loss": 0.0}  # fmt: skip
-
-
-def refuse(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+# what it reads besides COMMON, the model and the optimiser; the study presets set every one
+SETTINGS = (*COMMON, "trainer.limit_val_batches", "decode.strategy", "decode.max_new_tokens")
 
 
 def sinusoids(length: int, width: int) -> Tensor:
@@ -159,78 +160,6 @@ def greedy(model: Reference, src: Tensor, max_new: int) -> list[list[int]]:
     return hypotheses
 
 
-def learning_rate(step: int, peak: float, warmup: int, total: int, floor: float,
-                  schedule: str) -> float:  # fmt: skip
-    """At optimiser step ``step`` (0-based, so the n-th update is n = step + 1): a linear
-    warm-up n/warmup, then flat (constant) or a cosine from ``peak`` to ``floor`` at ``total``."""
-    n = step + 1
-    if n <= warmup:
-        return peak * n / warmup
-    if schedule == "constant":
-        return peak
-    progress = min(1.0, (n - warmup) / max(1, total - warmup))
-    return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * progress))
-
-
-# what the reference reads from the composed config besides the model and the optimiser (whose
-# keys attnlab's registries resolve, defaults included); the study presets set every one
-SETTINGS = ("seed", "trainer.max_steps", "trainer.val_check_interval",
-            "trainer.limit_val_batches", "trainer.gradient_clip_val", "task.label_smoothing",
-            "decode.strategy", "decode.max_new_tokens")  # fmt: skip
-
-
-def settings_of(cfg: Any) -> dict[str, Any]:
-    """Each of SETTINGS, and the optimiser's keys as ``optim.<key>``; refused in one line when
-    unset or of a kind the reference lacks."""
-    values = {key: OmegaConf.select(cfg, key) for key in SETTINGS}
-    for key, value in values.items():
-        if value is None:
-            refuse(f"{key} is unset, and the reference does not guess attnlab's default: set it")
-    for key in ("trainer.max_steps", "trainer.val_check_interval", "trainer.limit_val_batches"):
-        if isinstance(values[key], float) or int(values[key]) < 1:
-            refuse(f"{key}={values[key]}: the reference reads it as a count of steps or batches")
-    for key, no_op in NO_OPS.items():
-        value = OmegaConf.select(cfg, key)
-        if value != no_op and not (key == "trainer.limit_train_batches" and value == 1.0):
-            refuse(f"{key}={value}: the reference implements {key}={no_op} only")
-    if values["trainer.max_steps"] < values["trainer.val_check_interval"]:
-        refuse("trainer.max_steps is below trainer.val_check_interval: no validation would choose "
-               "the checkpoint to test")  # fmt: skip
-    if values["decode.strategy"] != "greedy":
-        refuse(f"decode.strategy={values['decode.strategy']}: the reference decodes greedily only")
-    optim = optim_config(OmegaConf.to_container(cfg.optim))
-    if optim.name != "adamw" or optim.schedule not in ("cosine", "constant"):
-        refuse(f"optim.name={optim.name} optim.schedule={optim.schedule}: the reference trains "
-               "with adamw and a cosine or constant schedule only")  # fmt: skip
-    if optim.decay_steps is not None:
-        refuse("optim.decay_steps: the reference's cosine decays over the run's steps only")
-    if optim.weight_decay:  # attnlab exempts biases, norms and embeddings; the reference has none
-        refuse(
-            f"optim.weight_decay={optim.weight_decay}: the reference trains without weight decay"
-        )
-    read = ("lr", "betas", "eps", "weight_decay", "warmup_steps", "schedule", "min_lr")
-    values.update({f"optim.{key}": getattr(optim, key) for key in read})
-    return values
-
-
-def device_of(trainer: Any) -> tuple[torch.device, torch.dtype | None]:
-    """The device and autocast dtype ``trainer.accelerator``/``precision`` ask for; what the
-    reference cannot honour is refused."""
-    accelerator, precision = str(trainer.accelerator), str(trainer.precision)
-    if int(trainer.get("devices") or 1) != 1 and str(trainer.get("devices")) != "auto":
-        refuse(f"trainer.devices={trainer.devices}: the reference trains on one device")
-    if precision not in ("32", "32-true", "bf16-mixed"):
-        refuse(f"trainer.precision={precision}: the reference trains in 32 or bf16-mixed")
-    cuda = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
-    if cuda and not torch.cuda.is_available():
-        refuse(f"trainer.accelerator={accelerator} but torch sees no CUDA device")
-    if not cuda and accelerator not in ("cpu", "auto"):
-        refuse(f"trainer.accelerator={accelerator}: the reference trains on cpu or gpu")
-    return torch.device("cuda" if cuda else "cpu"), (
-        torch.bfloat16 if precision == "bf16-mixed" else None
-    )
-
-
 def attnlab_init(model: Reference, biases: bool = True) -> None:
     """The diagnostic ``--init=attnlab``: the two ways attnlab's ``model.init=paper`` differs
     from torch's own initialisation, applied to the reference — W_Q, W_K and W_V each a Xavier
@@ -249,26 +178,15 @@ def attnlab_init(model: Reference, biases: bool = True) -> None:
 
 
 def main(argv: list[str]) -> None:
-    init = "torch"
-    if argv[:1] in (["--init=attnlab"], ["--init=qkv"]):
-        init, argv = argv[0].removeprefix("--init="), argv[1:]
-    if len(argv) < 1 or argv[0].startswith("-"):
-        refuse("usage: reference_translation.py [--init=attnlab|--init=qkv] OUT "
-               "[attnlab-train overrides…]")  # fmt: skip
-    out, overrides = Path(argv[0]), argv[1:]
-    if (out / "summary.json").exists():
-        refuse(f"{out}/summary.json exists; choose another OUT or delete it")
+    init, out, overrides = arguments(argv, "reference_translation.py", ("attnlab", "qkv"))
     cfg = compose_config(overrides)
-    setting = settings_of(cfg)
+    setting = settings_of(cfg, SETTINGS, weight_decay=False)
+    if setting["decode.strategy"] != "greedy":
+        refuse(f"decode.strategy={setting['decode.strategy']}: the reference decodes greedily only")
     data = build_data(cfg)
     resolved = build_task(cfg, data).model_cfg  # the model's keys with their defaults filled in
-    for key, value in IMPLEMENTS.items():
-        got = getattr(resolved, key, value)
-        if got != value:
-            refuse(f"model.{key}={got}: the reference implements {key}={value} only")
-    if resolved.norm not in ("pre", "post"):
-        refuse(f"model.norm={resolved.norm}: the reference has pre and post only")
-    device, autocast = device_of(cfg.trainer)
+    check_model(resolved, IMPLEMENTS)
+    device, dtype = device_of(cfg.trainer)
     torch.manual_seed(int(setting["seed"]))
     layers = int(resolved.n_layers)
     model = Reference(
@@ -279,124 +197,50 @@ def main(argv: list[str]) -> None:
     ).to(device)  # fmt: skip
     if init != "torch":
         attnlab_init(model, biases=init == "attnlab")
-    peak = float(setting["optim.lr"])
-    optimiser = torch.optim.AdamW(
-        model.parameters(), lr=peak, betas=tuple(setting["optim.betas"]),
-        eps=float(setting["optim.eps"]), weight_decay=float(setting["optim.weight_decay"]),
-    )  # fmt: skip
-    steps, every = int(setting["trainer.max_steps"]), int(setting["trainer.val_check_interval"])
     val_batches = int(setting["trainer.limit_val_batches"])
-    clip = float(setting["trainer.gradient_clip_val"])
     smoothing = float(setting["task.label_smoothing"])
-    schedule = (int(setting["optim.warmup_steps"]), steps, float(setting["optim.min_lr"] or 0),
-                setting["optim.schedule"])  # fmt: skip
 
-    def logits_of(src: Tensor, prefix: Tensor) -> Tensor:
-        with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
-            return model(src.to(device), prefix).float()
+    def logits_and_labels(batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        prefix, labels = shifted(batch["tgt"].to(device))
+        with autocast(device, dtype):
+            return model(batch["src"].to(device), prefix).float().flatten(0, 1), labels.flatten()
 
-    def validation_loss() -> float:
-        model.eval()
+    def train_loss(batch: dict[str, Tensor]) -> Tensor:
+        logits, labels = logits_and_labels(batch)
+        return F.cross_entropy(logits, labels, ignore_index=IGNORE, label_smoothing=smoothing)
+
+    def validate() -> dict[str, float]:
         total, count = 0.0, 0
-        with torch.no_grad():
-            for i, batch in enumerate(data.val_dataloader()):
-                if i == val_batches:
-                    break
-                prefix, labels = shifted(batch["tgt"].to(device))
-                logits = logits_of(batch["src"], prefix)
-                n = int((labels != IGNORE).sum())
-                total += float(F.cross_entropy(logits.flatten(0, 1), labels.flatten(),
-                                               ignore_index=IGNORE, reduction="sum"))  # fmt: skip
-                count += n
-        model.train()
-        return total / count
+        for i, batch in enumerate(data.val_dataloader()):
+            if i == val_batches:
+                break
+            logits, labels = logits_and_labels(batch)
+            total += float(F.cross_entropy(logits, labels, ignore_index=IGNORE, reduction="sum"))
+            count += int((labels != IGNORE).sum())
+        return {"val/loss": total / count}
 
-    start, step, epoch, best, best_state, curve = time.time(), 0, 0, math.inf, None, []
-    status = "completed"
-    loader = data.train_dataloader()
-    model.train()
-    epochs = OmegaConf.select(cfg, "trainer.max_epochs")
-    if epochs is not None and 0 <= epochs * len(loader) < steps:  # Lightning: the first to end
-        refuse(f"trainer.max_epochs={epochs} ends the run before trainer.max_steps={steps}; the "
-               "reference trains max_steps: set trainer.max_epochs=-1")  # fmt: skip
-    while step < steps:
-        for sampler in (loader.batch_sampler, getattr(loader.batch_sampler, "sampler", None)):
-            if hasattr(sampler, "set_epoch"):
-                sampler.set_epoch(epoch)
-        for batch in loader:
-            for group in optimiser.param_groups:
-                group["lr"] = learning_rate(step, peak, *schedule)
-            prefix, labels = shifted(batch["tgt"].to(device))
-            logits = logits_of(batch["src"], prefix)
-            loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE,
-                                   label_smoothing=smoothing)  # fmt: skip
-            if not torch.isfinite(loss):  # as attnlab's divergence guard: stop, test nothing
-                status = "diverged"
-                break
-            optimiser.zero_grad(set_to_none=True)
-            loss.backward()
-            if clip:
-                nn.utils.clip_grad_norm_(model.parameters(), clip)
-            optimiser.step()
-            step += 1
-            if step % every == 0:  # as Lightning's val_check_interval, counted across epochs
-                value = validation_loss()
-                curve.append((step - 1, value))  # Lightning's step count at that validation
-                if value < best:
-                    best, best_state = value, copy.deepcopy(model.state_dict())
-            if step == steps:
-                break
-        if status == "diverged":
-            break
-        epoch += 1
-    if best_state is None:  # no finite validation loss to choose a checkpoint by
-        status = "diverged"
+    start = time.time()
+    result = fit(model, data, setting, cfg, train_loss, validate, "val/loss", "min")
     metrics: dict[str, float] = {"params": sum(p.numel() for p in model.parameters())}
-    if curve:
-        metrics["val/loss"] = curve[-1][1]  # the last validation, as attnlab's summary
-    bleu = BLEU(**BLEU_OPTIONS)
-    if status == "completed":  # the test, from the checkpoint with the best validation loss
-        model.load_state_dict(best_state)
+    bleu, extra = BLEU(**BLEU_OPTIONS), []
+    if result.status == "completed":  # the test, from the checkpoint with the best val loss
+        model.load_state_dict(result.best_state)
         model.eval()
         hypotheses, references = [], []
         max_new = int(setting["decode.max_new_tokens"])
         for batch in data.test_loader():
-            with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
+            with autocast(device, dtype):
                 rows = greedy(model, batch["src"].to(device), max_new)
             hypotheses += [data.decode(row) for row in rows]
             references += [data.decode(row) for row in batch["tgt"].tolist()]
         metrics["test/bleu"] = bleu.corpus_score(hypotheses, [references]).score
-    out.mkdir(parents=True, exist_ok=True)
+        extra.append(("bleu_signature", bleu.get_signature().format()))
     name = f"reference_{cfg.get('experiment_name') or 'translation'}"
     name += f"_{init}_init" if init != "torch" else ""
     shape = ("norm", "n_layers", "d_model", "n_heads", "d_ff")  # its model, for --by
-    config: dict[str, Any] = {"experiment_name": name,
-                              "model": {key: getattr(resolved, key) for key in shape}}  # fmt: skip
-    for key, value in setting.items():  # nested as attnlab's config, for attnlab-compare --by
-        *parents, leaf = key.split(".")
-        node = config
-        for parent in parents:
-            node = node.setdefault(parent, {})
-        node[leaf] = list(value) if isinstance(value, tuple) else value
-    summary = {
-        "status": status,
-        "writer": "experiments/reference_translation.py (torch.nn.Transformer)",
-        "config": config,
-        "overrides": overrides,
-        "metrics": metrics,
-        "wall_s": time.time() - start,
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-    }
-    if "test/bleu" in metrics:
-        summary["bleu_signature"] = bleu.get_signature().format()
-    (out / "metrics.csv").write_text("step,val/loss\n" + "".join(f"{s},{v}\n" for s, v in curve))
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    shown = " ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items()))
-    print(f"{name} seed={setting['seed']} lr={peak:g}: {status} {shown} (best val/loss "
-          f"{best:.4f}) in {summary['wall_s']:.0f} s -> {out}/summary.json")  # fmt: skip
-    if status != "completed":
-        raise SystemExit(1)
+    write_summary(out, name, "experiments/reference_translation.py (torch.nn.Transformer)",
+                  {key: getattr(resolved, key) for key in shape}, setting, overrides, result,
+                  metrics, start, extra)  # fmt: skip
 
 
 if __name__ == "__main__":
