@@ -10,17 +10,20 @@
 #                            SWEEP is not (the analysis of the committed runs), else DEFAULT
 #   train_sweep NAME SWEEP OVERRIDE...   the multirun into SWEEP, then its raw files saved to
 #                            RUNS/NAME (nothing when SKIP_TRAIN is set)
-#   train_references [--init=attnlab|qkv] NAME FOLDER RUN... -- OVERRIDE...   the translation gate from outside
-#                            attnlab's model code (experiments/reference_translation.py), once
-#                            per RUN (its own overrides, one word each, space-separated) with
-#                            the common OVERRIDEs, JOBS at a time, into FOLDER/<k>; then the raw
-#                            files saved to RUNS/NAME (nothing when SKIP_TRAIN or PLAN is set:
-#                            PLAN lists attnlab-train sweeps)
-#   compare_reference FILE REFERENCE EXPERIMENT "KEY…" "RUNS…" SETTING...   the gate's table:
-#                            the reference runs in REFERENCE by experiment_name and the KEYs,
-#                            then at each SETTING ("key=value …" in the KEYs' order) the study's
-#                            EXPERIMENT (from RUNS) against the reference on the same seeds,
-#                            Welch with Holm over the settings, on test/bleu and on val/loss
+#   train_references [--script=FILE] [--init=attnlab|qkv] NAME FOLDER RUN... -- OVERRIDE...
+#                            a gate from outside attnlab's model code (experiments/FILE:
+#                            reference_translation.py unless given, or
+#                            reference_classification.py), once per RUN (its own overrides, one
+#                            word each, space-separated) with the common OVERRIDEs, JOBS at a
+#                            time, into FOLDER/<k>; then the raw files saved to RUNS/NAME
+#                            (nothing when SKIP_TRAIN or PLAN is set: PLAN lists attnlab-train
+#                            sweeps)
+#   compare_reference [--metrics="METRIC…"] FILE REFERENCE EXPERIMENT "KEY…" "RUNS…" SETTING...
+#                            the gate's table: the reference runs in REFERENCE by experiment_name
+#                            and the KEYs, then at each SETTING ("key=value …" in the KEYs'
+#                            order) the study's EXPERIMENT (from RUNS) against the reference on
+#                            the same seeds, Welch with Holm over the settings, on each METRIC
+#                            (test/bleu and val/loss unless given)
 #   compare_reference_init FILE REFERENCE INIT EXPERIMENT "KEY…" "RUNS…" SETTING...   appends
 #                            the diagnostic: the reference initialised as attnlab initialises
 #                            (runs in INIT, --init=attnlab) against the reference and against
@@ -84,8 +87,14 @@ train_sweep() {
 }
 
 train_references() {
-  local init=() runs=() run k=0 threads=()
-  case "$1" in --init=*) init=("$1"); shift ;; esac
+  local script=reference_translation.py init=() runs=() run k=0 threads=()
+  while [ "$#" -gt 0 ]; do
+    case "$1" in
+      --script=*) script="${1#--script=}"; shift ;;
+      --init=*) init=("$1"); shift ;;
+      *) break ;;
+    esac
+  done
   local name="$1" folder="$2"
   shift 2
   while [ "$#" -gt 0 ] && [ "$1" != -- ]; do runs+=("$1"); shift; done
@@ -94,8 +103,7 @@ train_references() {
   if [ "$JOBS" -gt 1 ]; then threads=(env OMP_NUM_THREADS=1); fi  # as train_sweep's runs
   for run in "${runs[@]}"; do
     # shellcheck disable=SC2086  # a run's own overrides are one word each
-    "${threads[@]}" "$PY" "$HERE/../reference_translation.py" "${init[@]}" "$folder/$k" "$@" \
-        $run &
+    "${threads[@]}" "$PY" "$HERE/../$script" "${init[@]}" "$folder/$k" "$@" $run &
     k=$((k + 1))
     while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
   done
@@ -110,14 +118,16 @@ vs_pairs() {  # A B SETTING...: --vs "A SETTING" "B SETTING" for each setting, o
 }
 
 compare_reference() {
+  local metrics="test/bleu val/loss"
+  case "$1" in --metrics=*) metrics="${1#--metrics=}"; shift ;; esac
   local file="$1" reference="$2" experiment="$3" by="$4" study="$5" vs=() metric
   shift 5
   mapfile -t vs < <(vs_pairs "experiment_name=$experiment" "reference_$experiment" "$@")
   # one run per seed and setting: a warning about fewer than 3 runs is dropped, errors still show
-  # shellcheck disable=SC2086  # $by and $study are lists
+  # shellcheck disable=SC2086  # $by, $study and $metrics are lists
   "$PY" -m attnlab.compare "$reference" --by experiment_name $by \
-      --metric test/bleu val/loss params > "$file" 2> >(grep -v '^warning: ' >&2)
-  for metric in test/bleu val/loss; do
+      --metric $metrics params > "$file" 2> >(grep -v '^warning: ' >&2)
+  for metric in $metrics; do
     echo
     # shellcheck disable=SC2086
     "$PY" -m attnlab.compare "$reference" $study --by experiment_name $by --metric "$metric" \

@@ -24,6 +24,11 @@
 #   reference_init         the diagnostic: the reference initialised as attnlab initialises
 #                          (--init=attnlab) at the presets' 1e-3, seeds 0–2 (3 runs in
 #                          runs/reference_init): is the gap at 1e-3 the initialisation?
+#   reference_sst2         the SST-2 gate at the study's width: torch's nn.TransformerEncoder in
+#                          the encoder-only baseline's setup (../reference_classification.py) at
+#                          REFERENCE_SST2_RATES, seeds 0–2 (6 runs in runs/reference_sst2), tested
+#                          against the baseline at the same rate and seeds (gate_reference_sst2.md);
+#                          met when the baseline's mean test/acc is within 0.02 of the reference's
 # saves their raw runs to runs/<part>, then writes results_<part>.md and the plots next to this
 # script: the table (bootstrap CIs), then every pair of architectures tested on the two metrics
 # the README reads (Welch, Holm over the pairs of each metric), and gate.md.
@@ -50,6 +55,7 @@ TRANSLATION_HIGH_RATES="${TRANSLATION_HIGH_RATES-1e-2}"
 TRANSLATION_TOP_RATES="${TRANSLATION_TOP_RATES-3e-2}"
 TRANSLATION_TUNE_SEEDS="${TRANSLATION_TUNE_SEEDS:-100}"
 REFERENCE_RATES="${REFERENCE_RATES:-1e-3,3e-3}"  # the presets' rate and the baseline's tuned one
+REFERENCE_SST2_RATES="${REFERENCE_SST2_RATES:-1e-3,3e-3}"  # the same for the SST-2 baseline
 refuse_tuning_seeds "$SST2_TUNE_SEEDS" SST2_TUNE_SEEDS "$SEEDS" SEEDS
 refuse_tuning_seeds "$TRANSLATION_TUNE_SEEDS" TRANSLATION_TUNE_SEEDS "$SEEDS" SEEDS
 
@@ -182,26 +188,34 @@ fi
 if [ "$PART" = all ] || [ "$PART" = translation_tuned ]; then
   tuned translation "${TRANSLATION[1]}" "test/bleu val/loss" translation "$@"
 fi
-if [ "$PART" = all ] || [ "$PART" = reference ]; then
-  # torch.nn.Transformer on the baseline's data and settings, one run per rate and seed
-  reference="$(sweep_dir "reference$TAG" \
-      "${SWEEP:-logs/study_architectures/multiruns/reference${TAG}_$STAMP}")"
-  runs=()
-  for rate in ${REFERENCE_RATES//,/ }; do
+reference_gate() {  # part, script, rates, experiment, the study's parts, metrics, overrides…
+  local part="$1" script="$2" rates="$3" experiment="$4" study="$5" metrics="$6" folder rate seed
+  shift 6
+  # the reference on the baseline's data and settings, one run per rate and seed
+  folder="$(sweep_dir "$part$TAG" "${SWEEP:-logs/study_architectures/multiruns/$part${TAG}_$STAMP}")"
+  local runs=() settings=()
+  for rate in ${rates//,/ }; do
     for seed in ${SEEDS//,/ }; do runs+=("seed=$seed optim.lr=$rate"); done
+    settings+=("optim.lr=$(awk -v r="$rate" 'BEGIN { print r + 0 }')")  # 1e-3 as 0.001
   done
-  train_references "reference$TAG" "$reference" "${runs[@]}" -- \
-      experiment=study_architectures_encdec "$@"
-  if [ -z "${PLAN:-}" ]; then
-    settings=()  # the rates as the config holds them: 1e-3 is 0.001
-    for rate in ${REFERENCE_RATES//,/ }; do
-      settings+=("optim.lr=$(awk -v r="$rate" 'BEGIN { print r + 0 }')")
-    done
-    out="$OUT/gate_reference$TAG.md"
-    compare_reference "$out" "$RUNS/reference$TAG" study_architectures_encdec optim.lr \
-        "$RUNS/translation$TAG $RUNS/translation_tuned$TAG" "${settings[@]}"
-    echo "wrote $out (runs: $reference)"
-  fi
+  train_references --script="$script" "$part$TAG" "$folder" "${runs[@]}" -- \
+      experiment="$experiment" "$@"
+  [ -z "${PLAN:-}" ] || return 0
+  local out="$OUT/gate_$part$TAG.md"
+  compare_reference --metrics="$metrics" "$out" "$RUNS/$part$TAG" "$experiment" optim.lr \
+      "$study" "${settings[@]}"
+  echo "wrote $out (runs: $folder)"
+}
+
+if [ "$PART" = all ] || [ "$PART" = reference ]; then
+  reference_gate reference reference_translation.py "$REFERENCE_RATES" \
+      study_architectures_encdec "$RUNS/translation$TAG $RUNS/translation_tuned$TAG" \
+      "test/bleu val/loss" "$@"
+fi
+if [ "$PART" = all ] || [ "$PART" = reference_sst2 ]; then
+  reference_gate reference_sst2 reference_classification.py "$REFERENCE_SST2_RATES" \
+      study_architectures_sst2_encoder "$RUNS/sst2_sentences$TAG $RUNS/sst2_tuned$TAG" \
+      "test/acc val/acc" ++data.holdout=sentences "$@"
 fi
 if [ "$PART" = all ] || [ "$PART" = reference_init ]; then
   runs=()
