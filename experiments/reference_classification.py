@@ -7,9 +7,10 @@ elsewhere *in the same setup*, this script trains torch's ``nn.TransformerEncode
 et al. 2017, §3.1, its encoder stack; Devlin et al. 2019's use of it for classification) with
 its own loop on the batches attnlab's data module gives for the same ``attnlab-train``
 overrides — the same sentences, BPE vocabulary, length cut, held-out rows, batch size and
-order — and scores it the same way: the checkpoint with the best held-out accuracy (the first
-on a tie), its accuracy and cross-entropy on the test set (SST-2 dev). Nothing of attnlab's
-model, task, optimiser or schedule code is used: only its configuration and its data.
+order — and scores it the same way: the best checkpoint by the run's
+``callbacks.model_checkpoint`` (the study's: held-out accuracy, max; the first on a tie), its
+accuracy and cross-entropy on the test set (SST-2 dev). Nothing of attnlab's model, task,
+optimiser or schedule code is used: only its configuration and its data.
 
 What the reference is: a token embedding scaled by √d_model (§3.4; drawn N(0, d_model^-½) so
 that the scaled embedding has unit scale) plus a learned position embedding (BERT; drawn
@@ -53,7 +54,9 @@ from reference_common import (  # noqa: E402
     arguments,
     autocast,
     check_model,
+    checkpoint,
     device_of,
+    entry,
     fit,
     settings_of,
     write_summary,
@@ -64,7 +67,7 @@ IMPLEMENTS = {"name": "encoder_only", "pos": "learned", "ffn": ("gelu", "relu"),
               "norm_type": "layernorm", "block": "sequential", "attention": "full", "param": "sp",
               "scale_embeddings": True, "bias": True, "embed_norm": False, "qk_norm": False,
               "n_kv_heads": None, "pool": (None, "mean"), "init": "paper",
-              "zero_init_residual": False}  # fmt: skip
+              "zero_init_residual": False, "attn_softcap": None}  # fmt: skip
 
 
 class Reference(nn.Module):
@@ -104,6 +107,7 @@ def main(argv: list[str]) -> None:
     data = build_data(cfg)
     resolved = build_task(cfg, data).model_cfg  # the model's keys with their defaults filled in
     check_model(resolved, IMPLEMENTS)
+    monitor, mode = checkpoint(cfg, ("val/loss", "val/acc"), setting)
     device, dtype = device_of(cfg.trainer)
     torch.manual_seed(int(setting["seed"]))
     model = Reference(
@@ -136,12 +140,12 @@ def main(argv: list[str]) -> None:
 
     start = time.time()
     result = fit(model, data, setting, cfg, train_loss,
-                 lambda: evaluate(data.val_dataloader(), "val", limit), "val/acc",
-                 "max")  # fmt: skip
+                 lambda: evaluate(data.val_dataloader(), "val", limit), monitor,
+                 mode)  # fmt: skip
     metrics: dict[str, float] = {  # as attnlab's params: the model's, not the classifier's
         "params": sum(p.numel() for n, p in model.named_parameters() if not n.startswith("head."))
     }
-    if result.status == "completed":  # the test, from the most accurate checkpoint
+    if result.status == "completed":  # the test, from the checkpoint the monitor chose
         model.load_state_dict(result.best_state)
         model.eval()
         with torch.no_grad():
@@ -154,4 +158,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    entry(main)

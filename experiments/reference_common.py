@@ -23,12 +23,16 @@ import torch
 from omegaconf import OmegaConf
 from torch import Tensor, nn
 
+from attnlab.errors import UserError
 from attnlab.optim.registry import optim_config
 
-# the trainer's and task's keys no reference implements, at the values that make them no-ops
-NO_OPS = {"trainer.accumulate_grad_batches": 1, "trainer.limit_train_batches": None,
-          "trainer.check_val_every_n_epoch": None,
-          "task.z_loss": 0.0}  # fmt: skip
+# the keys no reference implements, at the values that make them no-ops (the first is named
+# when another is refused)
+NO_OPS = {"trainer.accumulate_grad_batches": (1,), "trainer.limit_train_batches": (None, 1.0),
+          "trainer.limit_test_batches": (None, 1.0), "trainer.check_val_every_n_epoch": (None,),
+          "trainer.overfit_batches": (0.0, 0), "trainer.fast_dev_run": (False,),
+          "trainer.gradient_clip_algorithm": (None, "norm"), "test": (True,),
+          "callbacks.divergence_guard.max_ratio": (None,), "task.z_loss": (0.0,)}  # fmt: skip
 # what every reference reads besides its task's own keys, the model and the optimiser
 COMMON = ("seed", "trainer.max_steps", "trainer.val_check_interval",
           "trainer.gradient_clip_val", "task.label_smoothing")  # fmt: skip
@@ -38,6 +42,15 @@ COUNTS = ("trainer.max_steps", "trainer.val_check_interval", "trainer.limit_val_
 def refuse(message: str) -> NoReturn:
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(2)
+
+
+def entry(main: Callable[[list[str]], None]) -> None:
+    """Run a reference's ``main`` on the command line's arguments; a configuration or data
+    error attnlab reports (what ``attnlab-train`` would refuse too) is one line, exit 2."""
+    try:
+        main(sys.argv[1:])
+    except UserError as error:
+        refuse(str(error))
 
 
 def arguments(argv: list[str], script: str, inits: tuple[str, ...]) -> tuple[str, Path, list[str]]:
@@ -70,10 +83,10 @@ def settings_of(cfg: Any, keys: tuple[str, ...], optional: tuple[str, ...] = (),
         value = values.get(key)
         if key in values and value is not None and (isinstance(value, float) or int(value) < 1):
             refuse(f"{key}={value}: the reference reads it as a count of steps or batches")
-    for key, no_op in NO_OPS.items():
+    for key, no_ops in NO_OPS.items():
         value = OmegaConf.select(cfg, key)
-        if value != no_op and not (key == "trainer.limit_train_batches" and value == 1.0):
-            refuse(f"{key}={value}: the reference implements {key}={no_op} only")
+        if value not in no_ops:
+            refuse(f"{key}={value}: the reference implements {key}={no_ops[0]} only")
     if values["trainer.max_steps"] < values["trainer.val_check_interval"]:
         refuse("trainer.max_steps is below trainer.val_check_interval: no validation would choose "
                "the checkpoint to test")  # fmt: skip
@@ -90,6 +103,24 @@ def settings_of(cfg: Any, keys: tuple[str, ...], optional: tuple[str, ...] = (),
     read = ("lr", "betas", "eps", "weight_decay", "warmup_steps", "schedule", "min_lr")
     values.update({f"optim.{key}": getattr(optim, key) for key in read})
     return values
+
+
+def checkpoint(cfg: Any, validates: tuple[str, ...], setting: dict[str, Any]) -> tuple[str, str]:
+    """The ``callbacks.model_checkpoint`` monitor and mode the test's checkpoint is chosen by,
+    as attnlab chooses it; refused when unset or not one of the metrics the reference
+    ``validates``. Recorded in ``setting``, so that the summary's config holds them as
+    attnlab's does (attnlab-compare reads val/* at the checkpoint they chose)."""
+    monitor = OmegaConf.select(cfg, "callbacks.model_checkpoint.monitor")
+    mode = OmegaConf.select(cfg, "callbacks.model_checkpoint.mode") or "min"
+    if monitor is None:
+        refuse("callbacks.model_checkpoint.monitor is unset; the reference tests the best "
+               f"checkpoint by one of {', '.join(validates)}: set it")  # fmt: skip
+    if monitor not in validates or mode not in ("min", "max"):
+        refuse(f"callbacks.model_checkpoint.monitor={monitor} mode={mode}: the reference "
+               f"chooses its checkpoint by {' or '.join(validates)}, min or max, only")  # fmt: skip
+    setting["callbacks.model_checkpoint.monitor"] = str(monitor)
+    setting["callbacks.model_checkpoint.mode"] = str(mode)
+    return str(monitor), str(mode)
 
 
 def check_model(resolved: Any, implements: dict[str, Any]) -> None:
@@ -206,7 +237,9 @@ def fit(model: nn.Module, data: Any, setting: dict[str, Any], cfg: Any,
                 nn.utils.clip_grad_norm_(model.parameters(), clip)
             optimiser.step()
             step += 1
-            if step % every == 0:  # as Lightning's val_check_interval, counted across epochs
+            # as Lightning's val_check_interval, counted across epochs, and at the last step
+            # (attnlab stops the run there, and Lightning validates when it stops)
+            if step % every == 0 or step == steps:
                 model.eval()
                 with torch.no_grad():
                     values = validate()

@@ -5,8 +5,9 @@ reaches what the architecture reaches elsewhere *in the same setup*, this script
 ``torch.nn.Transformer`` (Vaswani et al. 2017, §3: 6 + 6 layers there, the study's sizes
 here) with its own loop on the batches attnlab's data module gives for the same
 ``attnlab-train`` overrides — the same Multi30k pairs, BPE vocabulary, length filter, batch
-size and order — and scores it the same way: the best checkpoint by validation loss on the
-same validation batches, greedy decoding (never a padding, start or mask token), sacreBLEU
+size and order — and scores it the same way: the best checkpoint by the run's
+``callbacks.model_checkpoint`` (validation loss, the only metric it validates) on the same
+validation batches, greedy decoding (never a padding, start or mask token), sacreBLEU
 (13a, no smoothing) on the detokenised test sentences. Nothing of attnlab's model, task,
 optimiser, schedule or decoding code is used: only its configuration, its data and the BLEU
 options it reports with.
@@ -61,7 +62,9 @@ from reference_common import (  # noqa: E402
     arguments,
     autocast,
     check_model,
+    checkpoint,
     device_of,
+    entry,
     fit,
     refuse,
     settings_of,
@@ -74,7 +77,7 @@ IMPLEMENTS = {"name": "encoder_decoder", "pos": "sinusoidal", "ffn": "relu",
               "norm_type": "layernorm", "block": "sequential", "attention": "full", "param": "sp",
               "tie_embeddings": True, "scale_embeddings": True, "bias": True, "embed_norm": False,
               "qk_norm": False, "n_kv_heads": None, "final_softcap": None, "init": "paper",
-              "zero_init_residual": False}  # fmt: skip
+              "zero_init_residual": False, "attn_softcap": None}  # fmt: skip
 # what it reads besides COMMON, the model and the optimiser; the study presets set every one
 SETTINGS = (*COMMON, "trainer.limit_val_batches", "decode.strategy", "decode.max_new_tokens")
 
@@ -186,6 +189,7 @@ def main(argv: list[str]) -> None:
     data = build_data(cfg)
     resolved = build_task(cfg, data).model_cfg  # the model's keys with their defaults filled in
     check_model(resolved, IMPLEMENTS)
+    monitor, mode = checkpoint(cfg, ("val/loss",), setting)
     device, dtype = device_of(cfg.trainer)
     torch.manual_seed(int(setting["seed"]))
     layers = int(resolved.n_layers)
@@ -220,10 +224,10 @@ def main(argv: list[str]) -> None:
         return {"val/loss": total / count}
 
     start = time.time()
-    result = fit(model, data, setting, cfg, train_loss, validate, "val/loss", "min")
+    result = fit(model, data, setting, cfg, train_loss, validate, monitor, mode)
     metrics: dict[str, float] = {"params": sum(p.numel() for p in model.parameters())}
     bleu, extra = BLEU(**BLEU_OPTIONS), []
-    if result.status == "completed":  # the test, from the checkpoint with the best val loss
+    if result.status == "completed":  # the test, from the checkpoint the monitor chose
         model.load_state_dict(result.best_state)
         model.eval()
         hypotheses, references = [], []
@@ -244,4 +248,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    entry(main)

@@ -101,13 +101,16 @@ train_references() {
   [ "$#" -eq 0 ] || shift  # the --
   if [ -n "${PLAN:-}" ] || [ -n "${SKIP_TRAIN:-}" ]; then return 0; fi
   if [ "$JOBS" -gt 1 ]; then threads=(env OMP_NUM_THREADS=1); fi  # as train_sweep's runs
+  local failed=0 pid
   for run in "${runs[@]}"; do
     # shellcheck disable=SC2086  # a run's own overrides are one word each
     "${threads[@]}" "$PY" "$HERE/../$script" "${init[@]}" "$folder/$k" "$@" $run &
     k=$((k + 1))
-    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || failed=1; done
   done
-  wait || echo "some reference runs did not complete; comparing anyway"
+  for pid in $(jobs -p); do wait "$pid" || failed=1; done
+  # a diverged run is in the table as failed; a refused one left no summary (its error shows)
+  [ "$failed" = 0 ] || echo "some reference runs did not complete; comparing anyway"
   "$PY" -m attnlab.studies --save-runs "$folder" "$RUNS/$name"
 }
 

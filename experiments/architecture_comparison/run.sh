@@ -30,9 +30,9 @@
 #                          against the baseline at the same rate and seeds (gate_reference_sst2.md);
 #                          met when the baseline's mean test/acc is within 0.02 of the reference's
 # saves their raw runs to runs/<part>, then writes results_<part>.md and the plots next to this
-# script: the table (bootstrap CIs), then every pair of architectures tested on the two metrics
+# script: the table (Student-t CIs), then every pair of architectures tested on the two metrics
 # the README reads (Welch, Holm over the pairs of each metric), and gate.md.
-#   attnlab-reproduce architecture_comparison --train   # this script: all four parts
+#   attnlab-reproduce architecture_comparison --train   # this script: every part
 #   attnlab-reproduce architecture_comparison --check   # the analysis of the committed runs
 #   PART=sst2 experiments/architecture_comparison/run.sh          # one part
 #   GATE=1 experiments/architecture_comparison/run.sh   # also the gate run (the 4 + 4

@@ -32,6 +32,7 @@ FRESH_LUONG="$(sweep_dir fresh_luong "${FRESH}_luong")"
 FRESH_LSTM="$(sweep_dir fresh_lstm "${FRESH}_lstm")"
 FRESH_CONV="$(sweep_dir fresh_conv "${FRESH}_conv")"
 GATE_SWEEP="$(sweep_dir gate "${GATE_SWEEP:-logs/study_recurrence/multiruns/gate_$STAMP}")"
+REFERENCE="$(sweep_dir reference "${REFERENCE:-logs/study_recurrence/multiruns/reference_$STAMP}")"
 SWEEP="$(sweep_dir sweep "${SWEEP:-logs/study_recurrence/multiruns/$STAMP}")"
 FRESH_SEEDS="${FRESH_SEEDS:-3,4,5}"
 EXPERIMENTS=study_recurrence_transformer,study_recurrence_lstm_bahdanau,study_recurrence_lstm_luong,study_recurrence_lstm_none,study_recurrence_conv
@@ -84,8 +85,27 @@ if [ "${STAGE:-}" = gate ] || [ -n "${GATE:-}" ]; then
     trainer.val_check_interval=450 decode.strategy=beam decode.beam_size=4 \
     decode.length_penalty=0.6 seed=0 "$@"
 fi
+# the gate from outside attnlab's model code: torch's nn.Transformer (../reference_translation.py)
+# in the headline Transformer's setup (its rate, this study's 400 steps, greedy) on the fresh
+# seeds, tested against it on the same seeds (gate_reference.md; STAGE=reference, or GATE=1 with
+# the rest); met when the Transformer's mean test BLEU is within 10 % of the reference's
+gate_reference() {
+  compare_reference "$OUT/gate_reference.md" "$RUNS/reference" study_recurrence_transformer \
+    optim.lr "$RUNS/fresh_transformer" optim.lr=0.001
+}
+if [ "${STAGE:-}" = reference ] || [ -n "${GATE:-}" ]; then
+  runs=()
+  for seed in ${FRESH_SEEDS//,/ }; do runs+=("seed=$seed"); done
+  train_references reference "$REFERENCE" "${runs[@]}" -- \
+    experiment=study_recurrence_transformer optim.lr=1e-3 "$@"
+fi
+if [ "${STAGE:-}" = reference ]; then
+  [ -n "${PLAN:-}" ] || gate_reference
+  exit 0
+fi
 [ -n "${STAGE:-}" ] && exit 0
 analysis_follows
+if [ -d "$RUNS/reference" ]; then gate_reference; fi
 # the grid: every model at its rates, seed 0, read at its last validation (one run a group:
 # the warning about fewer than 3 runs is dropped, any error still shows)
 "$PY" -m attnlab.compare "$GRID" "$GRID_1E2" "$GRID_3E2" "$SWEEP" --filter seed=0 \

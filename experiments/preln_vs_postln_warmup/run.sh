@@ -86,10 +86,9 @@ BY=(--by model.norm optim.warmup_steps optim.lr)
     test/loss --vs-best --plot "$OUT/val_loss.png" > "$OUT/results.md"
 {  # the same tests on val/loss
   "$PY" -m attnlab.compare "${SWEEPS[@]}" "${BY[@]}" --metric val/loss --vs-best | grep '^Welch'
-  # two families of planned comparisons per metric, each Holm over its six tests: warmup
+  # two families of planned comparisons per metric, each Holm over its ten tests: warmup
   # against none for Post-LN and for Pre-LN at each peak rate; Pre-LN against Post-LN in
-  # each of the six settings (one test per setting, never pooled over settings that share
-  # seeds)
+  # each setting (one test per setting, never pooled over settings that share seeds)
   setting() { echo "model.norm=$1 optim.warmup_steps=$2 optim.lr=$3"; }
   WITH_WARMUP=() NORM=()
   # the rates as the tables spell them (5e-4: 0.0005)
