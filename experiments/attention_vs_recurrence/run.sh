@@ -15,6 +15,8 @@
 # on this machine.
 #   attnlab-reproduce attention_vs_recurrence --train    # this script
 #   attnlab-reproduce attention_vs_recurrence --check    # the analysis of the committed runs
+#   STAGE=reference experiments/attention_vs_recurrence/run.sh   # the gate from outside attnlab's
+#                         model code alone: torch's nn.Transformer on the fresh seeds (3 runs)
 #   JOBS=1 experiments/attention_vs_recurrence/run.sh trainer=gpu trainer.max_steps=1800
 #                                           # on one GPU, one run at a time (README: Rerun on GPUs)
 # Extra arguments go to every training run (trainer.max_steps=…). JOBS, PLAN: see ../study.sh.
