@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import lightning.pytorch  # noqa: F401  (its log handler binds to the session's stderr, not a test's)
 import pytest
@@ -41,6 +42,30 @@ def study_script(relative: str, name: str) -> Iterator[ModuleType]:
         yield module
     finally:
         del sys.modules[name]
+
+
+def reference_diverges(main: Any, out: Path, overrides: list[str], tested: str) -> None:
+    """A gate's reference script (experiments/reference_*.py) on ``overrides`` with no
+    clipping, no warm-up and an absurd rate: it ends diverged (exit 1), untested."""
+    from attnlab.compare.runs import read_run
+
+    with pytest.raises(SystemExit) as exit_:  # no clipping, no warm-up, an absurd rate
+        main([str(out), *overrides, "optim.lr=1e30", "optim.warmup_steps=0",
+              "trainer.gradient_clip_val=0"])  # fmt: skip
+    assert exit_.value.code == 1
+    run = read_run(out)
+    assert run.status == "diverged" and tested not in run.metrics
+
+
+def reference_refuses(main: Any, out: Path, overrides: list[str], message: str,
+                      capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """A gate's reference script refuses ``overrides`` in one line (exit 2), writing nothing."""
+    with pytest.raises(SystemExit) as exit_:
+        main([str(out), *overrides])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}") and err.count("\n") == 1, err
+    assert not out.exists()
 
 
 @pytest.fixture

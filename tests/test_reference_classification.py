@@ -17,7 +17,7 @@ import torch
 
 from attnlab.compare.runs import read_run
 from attnlab.special_tokens import PAD
-from conftest import study_script
+from conftest import reference_diverges, reference_refuses, study_script
 
 TINY = ["model=encoder_only", "data=majority", "model.d_model=16", "model.n_heads=2",
         "model.n_layers=2", "model.d_ff=32", "model.ffn=gelu", "model.pos=learned",
@@ -110,12 +110,7 @@ def test_a_short_run_writes_a_summary_that_attnlab_compare_reads(
 def test_a_run_whose_loss_is_not_finite_ends_diverged_and_untested(
     reference: ModuleType, tmp_path: Path
 ) -> None:
-    with pytest.raises(SystemExit) as exit_:  # no clipping, no warm-up, an absurd rate
-        reference.main([str(tmp_path / "run"), *TINY, "optim.lr=1e30", "optim.warmup_steps=0",
-                        "trainer.gradient_clip_val=0"])  # fmt: skip
-    assert exit_.value.code == 1
-    run = read_run(tmp_path / "run")
-    assert run.status == "diverged" and "test/acc" not in run.metrics
+    reference_diverges(reference.main, tmp_path / "run", TINY, "test/acc")
 
 
 @pytest.mark.parametrize(
@@ -146,12 +141,7 @@ def test_a_setting_the_reference_lacks_is_refused_in_one_line(
     reference: ModuleType, change: str, message: str, tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    with pytest.raises(SystemExit) as exit_:
-        reference.main([str(tmp_path / "run"), *TINY, *change.split()])
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err
-    assert err.startswith(f"error: {message}") and err.count("\n") == 1, err
-    assert not (tmp_path / "run").exists()
+    reference_refuses(reference.main, tmp_path / "run", [*TINY, *change.split()], message, capsys)
 
 
 def test_the_last_step_is_validated_and_chooses_by_the_run_s_checkpoint_monitor(
