@@ -16,7 +16,8 @@
 #   attnlab-reproduce attention_vs_recurrence --train    # this script
 #   attnlab-reproduce attention_vs_recurrence --check    # the analysis of the committed runs
 #   STAGE=reference experiments/attention_vs_recurrence/run.sh   # the gate from outside attnlab's
-#                         model code alone: torch's nn.Transformer on the fresh seeds (3 runs)
+#                         model code alone: torch's nn.Transformer on the fresh seeds (3 runs);
+#                         STAGE=reference_init its diagnostic (--init=attnlab, 3 runs)
 #   JOBS=1 experiments/attention_vs_recurrence/run.sh trainer=gpu trainer.max_steps=1800
 #                                           # on one GPU, one run at a time (README: Rerun on GPUs)
 # Extra arguments go to every training run (trainer.max_steps=…). JOBS, PLAN: see ../study.sh.
@@ -35,6 +36,8 @@ FRESH_LSTM="$(sweep_dir fresh_lstm "${FRESH}_lstm")"
 FRESH_CONV="$(sweep_dir fresh_conv "${FRESH}_conv")"
 GATE_SWEEP="$(sweep_dir gate "${GATE_SWEEP:-logs/study_recurrence/multiruns/gate_$STAMP}")"
 REFERENCE="$(sweep_dir reference "${REFERENCE:-logs/study_recurrence/multiruns/reference_$STAMP}")"
+REFERENCE_INIT="$(sweep_dir reference_init \
+  "${REFERENCE_INIT:-logs/study_recurrence/multiruns/reference_init_$STAMP}")"
 SWEEP="$(sweep_dir sweep "${SWEEP:-logs/study_recurrence/multiruns/$STAMP}")"
 FRESH_SEEDS="${FRESH_SEEDS:-3,4,5}"
 EXPERIMENTS=study_recurrence_transformer,study_recurrence_lstm_bahdanau,study_recurrence_lstm_luong,study_recurrence_lstm_none,study_recurrence_conv
@@ -91,17 +94,27 @@ fi
 # in the headline Transformer's setup (its rate, this study's 400 steps, greedy) on the fresh
 # seeds, tested against it on the same seeds (gate_reference.md; STAGE=reference, or GATE=1 with
 # the rest); met when the Transformer's mean test BLEU is within 10 % of the reference's
+# (and the diagnostic: the reference initialised as attnlab initialises, --init=attnlab, in
+# runs/reference_init; STAGE=reference_init)
 gate_reference() {
   compare_reference "$OUT/gate_reference.md" "$RUNS/reference" study_recurrence_transformer \
     optim.lr "$RUNS/fresh_transformer" optim.lr=0.001
+  if [ -d "$RUNS/reference_init" ]; then
+    compare_reference_init "$OUT/gate_reference.md" "$RUNS/reference" "$RUNS/reference_init" \
+      study_recurrence_transformer optim.lr "$RUNS/fresh_transformer" optim.lr=0.001
+  fi
 }
+runs=()
+for seed in ${FRESH_SEEDS//,/ }; do runs+=("seed=$seed"); done
 if [ "${STAGE:-}" = reference ] || [ -n "${GATE:-}" ]; then
-  runs=()
-  for seed in ${FRESH_SEEDS//,/ }; do runs+=("seed=$seed"); done
   train_references reference "$REFERENCE" "${runs[@]}" -- \
     experiment=study_recurrence_transformer optim.lr=1e-3 "$@"
 fi
-if [ "${STAGE:-}" = reference ]; then
+if [ "${STAGE:-}" = reference_init ] || [ -n "${GATE:-}" ]; then
+  train_references --init=attnlab reference_init "$REFERENCE_INIT" "${runs[@]}" -- \
+    experiment=study_recurrence_transformer optim.lr=1e-3 "$@"
+fi
+if [ "${STAGE:-}" = reference ] || [ "${STAGE:-}" = reference_init ]; then
   [ -n "${PLAN:-}" ] || gate_reference
   exit 0
 fi
