@@ -1,5 +1,5 @@
 """A classification gate from outside attnlab's model code: torch's own
-``nn.TransformerEncoder`` as a BERT-style classifier.
+``nn.TransformerEncoder`` as a classifier over the mean of its states.
 
 The architecture study's SST-2 baseline is an attnlab encoder-only model that reads the label
 from the mean of its encoder states. To show that it reaches what that architecture reaches
@@ -96,7 +96,7 @@ class Reference(nn.Module):
         x = self.embedding(tokens) * math.sqrt(self.width) + self.positions(positions)
         h = self.encoder(self.dropout(x), src_key_padding_mask=~real)
         mask = real.unsqueeze(-1).to(h.dtype)
-        pooled = (h * mask).sum(1) / mask.sum(1)  # the mean over the real tokens (BERT-style)
+        pooled = (h * mask).sum(1) / mask.sum(1)  # the mean over the real tokens
         return self.head(pooled)
 
 
@@ -112,7 +112,7 @@ def main(argv: list[str]) -> None:
     torch.manual_seed(int(setting["seed"]))
     model = Reference(
         data.vocab_size, int(resolved.d_model), int(resolved.n_heads), int(resolved.n_layers),
-        int(resolved.d_ff), float(resolved.dropout), float(resolved.attn_dropout),
+        int(resolved.ff_dim), float(resolved.dropout), float(resolved.attn_dropout),
         int(resolved.max_len), int(data.num_classes), norm_first=resolved.norm == "pre",
         activation=str(resolved.ffn),
     ).to(device)  # fmt: skip

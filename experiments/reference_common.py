@@ -26,8 +26,8 @@ from torch import Tensor, nn
 from attnlab.errors import UserError
 from attnlab.optim.registry import optim_config
 
-# the keys no reference implements, at the values that make them no-ops (the first is named
-# when another is refused)
+# keys whose other values no reference implements: the values at which it behaves as attnlab
+# does (a no-op, or the one behaviour it has; the first is named when another is refused)
 NO_OPS = {"trainer.accumulate_grad_batches": (1,), "trainer.limit_train_batches": (None, 1.0),
           "trainer.limit_test_batches": (None, 1.0), "trainer.check_val_every_n_epoch": (None,),
           "trainer.overfit_batches": (0.0, 0), "trainer.fast_dev_run": (False,),
@@ -87,9 +87,6 @@ def settings_of(cfg: Any, keys: tuple[str, ...], optional: tuple[str, ...] = (),
         value = OmegaConf.select(cfg, key)
         if value not in no_ops:
             refuse(f"{key}={value}: the reference implements {key}={no_ops[0]} only")
-    if values["trainer.max_steps"] < values["trainer.val_check_interval"]:
-        refuse("trainer.max_steps is below trainer.val_check_interval: no validation would choose "
-               "the checkpoint to test")  # fmt: skip
     optim = optim_config(OmegaConf.to_container(cfg.optim))
     if optim.name != "adamw" or optim.schedule not in ("cosine", "constant"):
         refuse(f"optim.name={optim.name} optim.schedule={optim.schedule}: the reference trains "
@@ -203,9 +200,10 @@ def fit(model: nn.Module, data: Any, setting: dict[str, Any], cfg: Any,
         validate: Callable[[], dict[str, float]], monitor: str, mode: str) -> Fit:  # fmt: skip
     """Train ``trainer.max_steps`` steps on ``data``'s training batches (its sampler told each
     epoch, as Lightning does), validating every ``trainer.val_check_interval`` steps counted
-    across epochs and keeping the state with the best ``monitor`` (``min`` or ``max``; the
-    first on a tie, as Lightning's ModelCheckpoint). A non-finite training loss ends the run
-    as ``diverged``, untested, as attnlab's guard does."""
+    across epochs and at the last step, and keeping the state with the best ``monitor``
+    (``min`` or ``max``; the first on a tie, as Lightning's ModelCheckpoint). A non-finite
+    training loss ends the run as ``diverged``, untested, as attnlab's guard does; so does a
+    run with no finite validation to choose a checkpoint by."""
     steps, every = int(setting["trainer.max_steps"]), int(setting["trainer.val_check_interval"])
     clip = float(setting["trainer.gradient_clip_val"])
     peak = float(setting["optim.lr"])
@@ -287,7 +285,7 @@ def write_summary(out: Path, name: str, writer: str, model: dict[str, Any],
         "metrics": metrics,
         "wall_s": time.time() - start,
         "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
+        "torch_threads": torch.get_num_threads(),  # as attnlab's summary names it
         **dict(extra),
     }
     names = list(result.curve[0][1]) if result.curve else []

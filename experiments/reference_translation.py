@@ -196,7 +196,7 @@ def main(argv: list[str]) -> None:
     model = Reference(
         data.vocab_size, int(resolved.d_model), int(resolved.n_heads),
         int(resolved.n_encoder_layers or layers), int(resolved.n_decoder_layers or layers),
-        int(resolved.d_ff), float(resolved.dropout), float(resolved.attn_dropout),
+        int(resolved.ff_dim), float(resolved.dropout), float(resolved.attn_dropout),
         norm_first=resolved.norm == "pre",
     ).to(device)  # fmt: skip
     if init != "torch":

@@ -101,14 +101,15 @@ train_references() {
   [ "$#" -eq 0 ] || shift  # the --
   if [ -n "${PLAN:-}" ] || [ -n "${SKIP_TRAIN:-}" ]; then return 0; fi
   if [ "$JOBS" -gt 1 ]; then threads=(env OMP_NUM_THREADS=1); fi  # as train_sweep's runs
-  local failed=0 pid
+  local failed=0 pid pids=()
   for run in "${runs[@]}"; do
     # shellcheck disable=SC2086  # a run's own overrides are one word each
     "${threads[@]}" "$PY" "$HERE/../$script" "${init[@]}" "$folder/$k" "$@" $run &
+    pids+=("$!")
     k=$((k + 1))
-    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || failed=1; done
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
   done
-  for pid in $(jobs -p); do wait "$pid" || failed=1; done
+  for pid in "${pids[@]}"; do wait "$pid" || failed=1; done  # bash keeps each one's status
   # a diverged run is in the table as failed; a refused one left no summary (its error shows)
   [ "$failed" = 0 ] || echo "some reference runs did not complete; comparing anyway"
   "$PY" -m attnlab.studies --save-runs "$folder" "$RUNS/$name"

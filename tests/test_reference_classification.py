@@ -153,6 +153,7 @@ def test_the_last_step_is_validated_and_chooses_by_the_run_s_checkpoint_monitor(
     reference.main([str(out), *TINY, "trainer.max_steps=25", "+callbacks.model_checkpoint="
                     "{monitor: val/acc, mode: max}"])  # fmt: skip
     run = read_run(out)
+    assert run.config["callbacks"]["model_checkpoint"] == {"monitor": "val/acc", "mode": "max"}
     steps, values = run.curve("val/acc")
     assert list(steps) == [9, 19, 24]
     assert json.loads((out / "summary.json").read_text())["metrics"]["val/acc"] == values[-1]
