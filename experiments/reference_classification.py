@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -54,7 +55,6 @@ from reference_common import (  # noqa: E402
     arguments,
     autocast,
     check_model,
-    checkpoint,
     device_of,
     entry,
     fit,
@@ -103,11 +103,11 @@ class Reference(nn.Module):
 def main(argv: list[str]) -> None:
     _, out, overrides = arguments(argv, "reference_classification.py", ())
     cfg = compose_config(overrides)
-    setting = settings_of(cfg, COMMON, optional=("trainer.limit_val_batches",))
+    setting = settings_of(cfg, COMMON, ("val/loss", "val/acc"),
+                          optional=("trainer.limit_val_batches",))
     data = build_data(cfg)
     resolved = build_task(cfg, data).model_cfg  # the model's keys with their defaults filled in
     check_model(resolved, IMPLEMENTS)
-    monitor, mode = checkpoint(cfg, ("val/loss", "val/acc"), setting)
     device, dtype = device_of(cfg.trainer)
     torch.manual_seed(int(setting["seed"]))
     model = Reference(
@@ -127,7 +127,8 @@ def main(argv: list[str]) -> None:
         labels = batch["labels"].to(device)
         return F.cross_entropy(logits_of(batch), labels, label_smoothing=smoothing)
 
-    def evaluate(loader: object, stage: str, batches: int | None = None) -> dict[str, float]:
+    def evaluate(loader: Iterable[dict[str, Tensor]], stage: str,
+                 batches: int | None = None) -> dict[str, float]:  # fmt: skip
         loss, right, count = 0.0, 0, 0
         for i, batch in enumerate(loader):
             if i == batches:
@@ -140,8 +141,7 @@ def main(argv: list[str]) -> None:
 
     start = time.time()
     result = fit(model, data, setting, cfg, train_loss,
-                 lambda: evaluate(data.val_dataloader(), "val", limit), monitor,
-                 mode)  # fmt: skip
+                 lambda: evaluate(data.val_dataloader(), "val", limit))  # fmt: skip
     metrics: dict[str, float] = {  # as attnlab's params: the model's, not the classifier's
         "params": sum(p.numel() for n, p in model.named_parameters() if not n.startswith("head."))
     }

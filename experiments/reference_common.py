@@ -69,12 +69,14 @@ def arguments(argv: list[str], script: str, inits: tuple[str, ...]) -> tuple[str
     return init, out, argv[1:]
 
 
-def settings_of(cfg: Any, keys: tuple[str, ...], optional: tuple[str, ...] = (),
+def settings_of(cfg: Any, keys: tuple[str, ...], validates: tuple[str, ...],
+                optional: tuple[str, ...] = (),
                 weight_decay: bool = True) -> dict[str, Any]:  # fmt: skip
     """Each of ``keys`` (refused when unset: a reference does not guess attnlab's defaults) and
-    of ``optional`` (unset: the trainer's default, e.g. every validation batch), and the
-    optimiser's keys as ``optim.<key>`` with attnlab's defaults filled in by its registry.
-    What the reference cannot do is refused in one line."""
+    of ``optional`` (unset: the trainer's default, e.g. every validation batch), the
+    optimiser's keys as ``optim.<key>`` with attnlab's defaults filled in by its registry, and
+    the checkpoint's monitor and mode (:func:`checkpoint`; one of the metrics the reference
+    ``validates``). What the reference cannot do is refused in one line."""
     values = {key: OmegaConf.select(cfg, key) for key in (*keys, *optional)}
     for key in keys:
         if values[key] is None:
@@ -99,14 +101,14 @@ def settings_of(cfg: Any, keys: tuple[str, ...], optional: tuple[str, ...] = (),
         )
     read = ("lr", "betas", "eps", "weight_decay", "warmup_steps", "schedule", "min_lr")
     values.update({f"optim.{key}": getattr(optim, key) for key in read})
-    return values
+    return {**values, **checkpoint(cfg, validates)}
 
 
-def checkpoint(cfg: Any, validates: tuple[str, ...], setting: dict[str, Any]) -> tuple[str, str]:
+def checkpoint(cfg: Any, validates: tuple[str, ...]) -> dict[str, str]:
     """The ``callbacks.model_checkpoint`` monitor and mode the test's checkpoint is chosen by,
-    as attnlab chooses it; refused when unset or not one of the metrics the reference
-    ``validates``. Recorded in ``setting``, so that the summary's config holds them as
-    attnlab's does (attnlab-compare reads val/* at the checkpoint they chose)."""
+    as attnlab chooses it, by their keys; refused when unset or not one of the metrics the
+    reference ``validates``. In the summary's config as in attnlab's, so that attnlab-compare
+    reads val/* at the checkpoint they chose."""
     monitor = OmegaConf.select(cfg, "callbacks.model_checkpoint.monitor")
     mode = OmegaConf.select(cfg, "callbacks.model_checkpoint.mode") or "min"
     if monitor is None:
@@ -115,9 +117,8 @@ def checkpoint(cfg: Any, validates: tuple[str, ...], setting: dict[str, Any]) ->
     if monitor not in validates or mode not in ("min", "max"):
         refuse(f"callbacks.model_checkpoint.monitor={monitor} mode={mode}: the reference "
                f"chooses its checkpoint by {' or '.join(validates)}, min or max, only")  # fmt: skip
-    setting["callbacks.model_checkpoint.monitor"] = str(monitor)
-    setting["callbacks.model_checkpoint.mode"] = str(mode)
-    return str(monitor), str(mode)
+    return {"callbacks.model_checkpoint.monitor": str(monitor),
+            "callbacks.model_checkpoint.mode": str(mode)}  # fmt: skip
 
 
 def check_model(resolved: Any, implements: dict[str, Any]) -> None:
@@ -197,14 +198,16 @@ class Fit:
 
 def fit(model: nn.Module, data: Any, setting: dict[str, Any], cfg: Any,
         loss_of: Callable[[dict[str, Tensor]], Tensor],
-        validate: Callable[[], dict[str, float]], monitor: str, mode: str) -> Fit:  # fmt: skip
+        validate: Callable[[], dict[str, float]]) -> Fit:  # fmt: skip
     """Train ``trainer.max_steps`` steps on ``data``'s training batches (its sampler told each
     epoch, as Lightning does), validating every ``trainer.val_check_interval`` steps counted
-    across epochs and at the last step, and keeping the state with the best ``monitor``
-    (``min`` or ``max``; the first on a tie, as Lightning's ModelCheckpoint). A non-finite
-    training loss ends the run as ``diverged``, untested, as attnlab's guard does; so does a
-    run with no finite validation to choose a checkpoint by."""
+    across epochs and at the last step, and keeping the state with the best value of the
+    checkpoint's monitor (min or max; the first on a tie, as Lightning's ModelCheckpoint). A
+    non-finite training loss ends the run as ``diverged``, untested, as attnlab's guard does;
+    so does a run with no finite validation to choose a checkpoint by."""
     steps, every = int(setting["trainer.max_steps"]), int(setting["trainer.val_check_interval"])
+    monitor = setting["callbacks.model_checkpoint.monitor"]
+    mode = setting["callbacks.model_checkpoint.mode"]
     clip = float(setting["trainer.gradient_clip_val"])
     peak = float(setting["optim.lr"])
     schedule = (int(setting["optim.warmup_steps"]), steps, float(setting["optim.min_lr"] or 0),

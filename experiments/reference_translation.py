@@ -62,7 +62,6 @@ from reference_common import (  # noqa: E402
     arguments,
     autocast,
     check_model,
-    checkpoint,
     device_of,
     entry,
     fit,
@@ -183,13 +182,12 @@ def attnlab_init(model: Reference, biases: bool = True) -> None:
 def main(argv: list[str]) -> None:
     init, out, overrides = arguments(argv, "reference_translation.py", ("attnlab", "qkv"))
     cfg = compose_config(overrides)
-    setting = settings_of(cfg, SETTINGS, weight_decay=False)
+    setting = settings_of(cfg, SETTINGS, ("val/loss",), weight_decay=False)
     if setting["decode.strategy"] != "greedy":
         refuse(f"decode.strategy={setting['decode.strategy']}: the reference decodes greedily only")
     data = build_data(cfg)
     resolved = build_task(cfg, data).model_cfg  # the model's keys with their defaults filled in
     check_model(resolved, IMPLEMENTS)
-    monitor, mode = checkpoint(cfg, ("val/loss",), setting)
     device, dtype = device_of(cfg.trainer)
     torch.manual_seed(int(setting["seed"]))
     layers = int(resolved.n_layers)
@@ -224,7 +222,7 @@ def main(argv: list[str]) -> None:
         return {"val/loss": total / count}
 
     start = time.time()
-    result = fit(model, data, setting, cfg, train_loss, validate, monitor, mode)
+    result = fit(model, data, setting, cfg, train_loss, validate)
     metrics: dict[str, float] = {"params": sum(p.numel() for p in model.parameters())}
     bleu, extra = BLEU(**BLEU_OPTIONS), []
     if result.status == "completed":  # the test, from the checkpoint the monitor chose
